@@ -1,0 +1,37 @@
+"""Fixtures shared by every test folder: an asyncio backend, a private state dir, and running servers."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("NEMO_GYM_STATE_DIR", tempfile.mkdtemp(prefix="nemo_gym_test_state_"))
+
+from nemo_gym import config as gym_config  # noqa: E402
+from nemo_gym.launcher import Launcher  # noqa: E402
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def start_servers() -> Iterator[Callable[..., Launcher]]:
+    """Start a config (a mapping in the YAML shape) as real processes; all are stopped by PID after the test."""
+    launchers: list[Launcher] = []
+
+    def start(data: dict[str, Any], extra_env: dict[str, str] | None = None, timeout: float = 90) -> Launcher:
+        instances = gym_config.parse(data)
+        gym_config.check_settings(instances)
+        launcher = Launcher(instances, gym_config.free_port(), extra_env)
+        launchers.append(launcher)
+        return launcher.start(timeout)
+
+    yield start
+    for launcher in launchers:
+        launcher.stop()

@@ -1,0 +1,38 @@
+"""SimpleResponsesAPIAgent: the base of agents (``/v1/responses``, ``/run``, ``/aggregate_metrics``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request, Response as HTTPResponse
+from pydantic import BaseModel, ConfigDict
+
+from nemo_gym.base_resources_server import AggregateMetrics, AggregateMetricsRequest, aggregate_rewards
+from nemo_gym.openai_types import Response, ResponseCreateParams
+from nemo_gym.server import SimpleServer
+
+
+class BaseRunRequest(BaseModel):
+    """One task row: the request for the agent plus whatever the environment needs to seed and verify."""
+
+    model_config = ConfigDict(extra="allow")
+
+    responses_create_params: ResponseCreateParams
+
+
+class SimpleResponsesAPIAgent(SimpleServer):
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/v1/responses")(self.responses)
+        app.post("/run")(self.run)
+        app.post("/aggregate_metrics")(self.aggregate_metrics)
+        return app
+
+    async def responses(self, request: Request, response: HTTPResponse, body: ResponseCreateParams) -> Response:
+        raise NotImplementedError
+
+    async def run(self, request: Request, response: HTTPResponse, body: BaseRunRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
+        return aggregate_rewards(body.verify_responses)

@@ -1,0 +1,53 @@
+"""``gym eval run``: episodes through an agent's /run, a progress bar, rewards, files."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+
+from nemo_gym.cli.env import instances_from_args
+from nemo_gym.client import ServerClient
+from nemo_gym.config import Instance, free_port
+from nemo_gym.head import fetch_instances
+from nemo_gym.launcher import Launcher
+from nemo_gym.rollouts import read_rows, run_episodes, write_results
+
+
+def pick_agent(instances: dict[str, Instance], requested: str | None) -> str:
+    agents = [name for name, instance in instances.items() if instance.server_type == "responses_api_agents"]
+    if requested:
+        if requested not in agents:
+            raise ValueError(f"--agent: no agent named {requested!r}; agents: {', '.join(agents) or 'none'}")
+        return requested
+    if len(agents) != 1:
+        raise ValueError(f"--agent: name one of the agents: {', '.join(agents) or 'none'}")
+    return agents[0]
+
+
+async def evaluate(instances: dict[str, Instance], args: argparse.Namespace) -> dict:
+    agent = pick_agent(instances, args.agent)
+    rows = read_rows(args.input, args.limit, args.num_repeats)
+    client = ServerClient(instances)
+    try:
+        results = await run_episodes(client, agent, rows, args.concurrency)
+        metrics = await client.post(agent, "/aggregate_metrics", json={"verify_responses": results})
+    finally:
+        await client.close()
+    if not metrics.ok:
+        raise ValueError(f"{agent}/aggregate_metrics answered {metrics.status}: {metrics.text}")
+    summary = {**metrics.body, "num_errors": sum("error" in result for result in results)}
+    metrics_path = write_results(args.output, results, summary)
+    print(json.dumps(summary, indent=2))
+    print(f"rollouts: {args.output}\nmetrics: {metrics_path}")
+    return summary
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.no_serve:
+        asyncio.run(evaluate(fetch_instances(args.head_url or f"http://127.0.0.1:{args.head_port}"), args))
+        return 0
+    instances = instances_from_args(args)
+    with Launcher(instances, free_port()):
+        asyncio.run(evaluate(instances, args))
+    return 0

@@ -1,0 +1,210 @@
+"""Load, merge, validate and resolve the YAML configs that describe which servers to run.
+
+A config maps instance names to ``{server_type: {implementation: {settings}}}``. Several files merge
+key by key, later files winning. Loading checks everything that can be checked before a process
+starts, and every error names the file and the key it is about.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_HOST = "127.0.0.1"
+INSTANCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be run, with the file and key that are wrong."""
+
+
+@dataclass
+class Instance:
+    """One server instance: its name, type, implementation and settings (ports resolved)."""
+
+    name: str
+    server_type: str
+    implementation: str
+    settings: dict[str, Any]
+    source: str = field(default="<config>", compare=False)
+
+    @property
+    def host(self) -> str:
+        return self.settings["host"]
+
+    @property
+    def port(self) -> int:
+        return self.settings["port"]
+
+    @property
+    def num_workers(self) -> int:
+        return self.settings["num_workers"]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def module(self) -> str:
+        """The importable module that defines this server's module-level ``app``."""
+        entry = Path(self.settings["entrypoint"]).with_suffix("")
+        return ".".join((self.server_type, self.implementation, *entry.parts))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {self.name: {self.server_type: {self.implementation: dict(self.settings)}}}
+
+
+def merge(base: dict, override: dict) -> dict:
+    """Deep-merge two config mappings; values in ``override`` win."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def read_files(paths: list[str | Path]) -> tuple[dict, dict[str, str]]:
+    """Read and merge YAML files. Returns the merged mapping and, per instance, the file that last set it."""
+    merged: dict = {}
+    sources: dict[str, str] = {}
+    for path in paths:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except OSError as error:
+            raise ConfigError(f"{path}: cannot read config: {error.strerror}") from error
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{path}: not valid YAML: {error}") from error
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping of instance names")
+        for name in data:
+            sources[str(name)] = str(path)
+        merged = merge(merged, data)
+    return merged, sources
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def parse(data: dict, sources: dict[str, str] | None = None, check_ports: bool = True) -> dict[str, Instance]:
+    """Validate a merged config and return its instances with host, port and workers filled in."""
+    sources = sources or {}
+    instances: dict[str, Instance] = {}
+    for name, body in data.items():
+        where = f"{sources.get(str(name), '<config>')}: {name}"
+        instances[str(name)] = _parse_instance(str(name), body, where)
+    for instance in instances.values():
+        _check_refs(instance, instances)
+    for instance in instances.values():
+        _resolve_port(instance, check_ports)
+    return instances
+
+
+def load(paths: list[str | Path], check_ports: bool = True) -> dict[str, Instance]:
+    """Read config files and check them, each instance's settings against its server's own config model."""
+    data, sources = read_files(paths)
+    instances = parse(data, sources, check_ports)
+    check_settings(instances)
+    return instances
+
+
+def check_settings(instances: dict[str, Instance]) -> None:
+    """Validate every instance's settings with its server class's config model (unknown keys are typos)."""
+    for instance in instances.values():
+        try:
+            server_class = importlib.import_module(instance.module).app.server_class
+        except (ImportError, AttributeError) as error:
+            raise ConfigError(f"{_where(instance)}.entrypoint: cannot load a server app from {instance.module}: {error!r}") from error
+        try:
+            server_class.config_class.model_validate(instance.settings)
+        except ValidationError as error:
+            problem = error.errors()[0]
+            key = ".".join(str(part) for part in problem["loc"])
+            raise ConfigError(f"{_where(instance)}.{key}: {problem['msg']}") from None
+
+
+def _where(instance: Instance) -> str:
+    return f"{instance.source}: {instance.name}.{instance.server_type}.{instance.implementation}"
+
+
+def _parse_instance(name: str, body: Any, where: str) -> Instance:
+    if not INSTANCE_NAME.match(name):
+        raise ConfigError(f"{where}: instance names are letters, digits, '_' and '-', starting with a letter")
+    if not isinstance(body, dict) or len(body) != 1:
+        raise ConfigError(f"{where}: must map exactly one server type ({', '.join(SERVER_TYPES)}) to its implementation")
+    (server_type, impls), = body.items()
+    if server_type not in SERVER_TYPES:
+        raise ConfigError(f"{where}: unknown server type {server_type!r}; expected one of {', '.join(SERVER_TYPES)}")
+    if not isinstance(impls, dict) or len(impls) != 1:
+        raise ConfigError(f"{where}.{server_type}: must map exactly one implementation to its settings")
+    (implementation, settings), = impls.items()
+    key = f"{where}.{server_type}.{implementation}"
+    if not (REPO_ROOT / server_type / implementation).is_dir():
+        raise ConfigError(f"{key}: no implementation directory {server_type}/{implementation}")
+    settings = dict(settings or {})
+    settings.setdefault("entrypoint", "app.py")
+    settings.setdefault("host", DEFAULT_HOST)
+    settings.setdefault("num_workers", 1)
+    if not (REPO_ROOT / server_type / implementation / settings["entrypoint"]).is_file():
+        raise ConfigError(f"{key}.entrypoint: no file {server_type}/{implementation}/{settings['entrypoint']}")
+    workers = settings["num_workers"]
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ConfigError(f"{key}.num_workers: must be a whole number of at least 1, got {workers!r}")
+    port = settings.get("port")
+    if port is not None and (not isinstance(port, int) or not 0 < port < 65536):
+        raise ConfigError(f"{key}.port: must be a TCP port number, got {port!r}")
+    source = where.rsplit(": ", 1)[0]
+    return Instance(name, server_type, implementation, settings, source)
+
+
+def _check_refs(instance: Instance, instances: dict[str, Instance]) -> None:
+    for key, value in instance.settings.items():
+        if isinstance(value, dict) and set(value) == {"type", "name"}:
+            target = instances.get(value["name"])
+            if target is None:
+                raise ConfigError(f"{_where(instance)}.{key}: refers to instance {value['name']!r}, which the config does not define")
+            if target.server_type != value["type"]:
+                raise ConfigError(
+                    f"{_where(instance)}.{key}: instance {value['name']!r} is a {target.server_type}, not a {value['type']}"
+                )
+
+
+def _resolve_port(instance: Instance, check_ports: bool) -> None:
+    port = instance.settings.get("port")
+    if port is None:
+        instance.settings["port"] = free_port(instance.host)
+    elif check_ports and port_in_use(instance.host, port):
+        raise ConfigError(f"{_where(instance)}.port: port {port} on {instance.host} is already in use")
+
+
+class ServerRef(BaseModel):
+    """A reference from one instance's settings to another instance: ``{type: ..., name: ...}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["resources_servers", "responses_api_agents", "responses_api_models"]
+    name: str

@@ -1,0 +1,44 @@
+"""The head endpoint: serves the resolved config so a client started later finds the servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+
+import uvicorn
+from fastapi import FastAPI
+
+from nemo_gym import config as gym_config
+from nemo_gym.server import CONFIG_PATH_ENV
+
+DEFAULT_HEAD_PORT = 11000
+HEAD_PORT_ENV = "NEMO_GYM_HEAD_PORT"
+
+
+def build_app(config_path: str) -> FastAPI:
+    with open(config_path) as file:
+        resolved = json.load(file)
+    app = FastAPI(title="nemo_gym head")
+    app.get("/")(lambda: {"status": "ok"})
+    app.get("/global_config")(lambda: resolved)
+    return app
+
+
+def fetch_instances(head_url: str, timeout: float = 10) -> dict[str, gym_config.Instance]:
+    """The instances a running ``gym env start`` serves, as its head endpoint reports them."""
+    try:
+        with urllib.request.urlopen(f"{head_url.rstrip('/')}/global_config", timeout=timeout) as reply:
+            data = json.load(reply)
+    except OSError as error:
+        raise ConnectionError(f"no Gym head endpoint at {head_url} ({error}); is `gym env start` running?") from None
+    return gym_config.parse(data, check_ports=False)
+
+
+def main() -> None:
+    app = build_app(os.environ[CONFIG_PATH_ENV])
+    uvicorn.run(app, host=gym_config.DEFAULT_HOST, port=int(os.environ[HEAD_PORT_ENV]), log_level="warning", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

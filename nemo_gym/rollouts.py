@@ -1,0 +1,70 @@
+"""Drive episodes through an agent's ``/run`` and summarise their rewards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from nemo_gym.client import ServerClient
+
+
+def read_rows(path: str | Path, limit: int | None = None, num_repeats: int = 1) -> list[dict[str, Any]]:
+    """Task rows from a JSONL file; a line that is not a JSON object is an error naming the line."""
+    rows = []
+    with open(path) as file:
+        for number, line in enumerate(file, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{number}: not valid JSON: {error}") from None
+            if not isinstance(row, dict) or "responses_create_params" not in row:
+                raise ValueError(f"{path}:{number}: a task row is a JSON object with responses_create_params")
+            rows.append(row)
+    rows = rows[:limit] if limit else rows
+    return [row for row in rows for _ in range(num_repeats)]
+
+
+async def run_episode(client: ServerClient, agent: str, row: dict[str, Any]) -> dict[str, Any]:
+    """One episode through ``/run``. A failed episode is recorded with reward 0.0 and its error."""
+    reply = await client.post(agent, "/run", json=row)
+    if reply.ok and isinstance(reply.body, dict):
+        return reply.body
+    return {**row, "reward": 0.0, "error": {"status": reply.status, "detail": reply.text}}
+
+
+async def run_episodes(
+    client: ServerClient, agent: str, rows: Iterable[dict[str, Any]], concurrency: int, progress: bool = True
+) -> list[dict[str, Any]]:
+    rows = list(rows)
+    gate = asyncio.Semaphore(concurrency)
+    bar = tqdm(total=len(rows), desc="episodes", disable=not progress)
+
+    async def one(row: dict[str, Any]) -> dict[str, Any]:
+        async with gate:
+            result = await run_episode(client, agent, row)
+        bar.update()
+        return result
+
+    try:
+        return await asyncio.gather(*(one(row) for row in rows))
+    finally:
+        bar.close()
+
+
+def write_results(path: str | Path, results: list[dict[str, Any]], metrics: dict[str, Any]) -> Path:
+    """Write rollouts as JSONL and the aggregate metrics as JSON beside them; returns the metrics path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as file:
+        for result in results:
+            file.write(json.dumps(result) + "\n")
+    metrics_path = path.with_name(f"{path.stem}_aggregate_metrics.json")
+    metrics_path.write_text(json.dumps(metrics, indent=2) + "\n")
+    return metrics_path

@@ -1,0 +1,110 @@
+"""The server base every Gym server builds on: config, FastAPI app, sessions, errors, liveness."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.types import Receive, Scope, Send
+
+from nemo_gym import config as gym_config
+from nemo_gym.client import ServerClient
+from nemo_gym.sessions import SessionIdMiddleware, session_secret
+
+CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"
+INSTANCE_ENV = "NEMO_GYM_INSTANCE"
+
+
+class BaseServerConfig(BaseModel):
+    """Settings every instance has. Subclasses add their own; unknown keys are config errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    entrypoint: str = "app.py"
+    host: str = gym_config.DEFAULT_HOST
+    port: int
+    num_workers: int = 1
+    session_secret: str | None = None
+
+
+class SimpleServer:
+    """One Gym server: a FastAPI app with sessions, a JSON error layer and ``GET /``.
+
+    Subclasses register their routes in ``setup_webserver`` and read ``request.session["session_id"]``.
+    """
+
+    config_class: ClassVar[type[BaseServerConfig]] = BaseServerConfig
+
+    def __init__(self, name: str, instances: dict[str, gym_config.Instance]) -> None:
+        self.name = name
+        self.instances = instances
+        self.config = self.config_class.model_validate(instances[name].settings)
+        self.secret = session_secret(name, self.config.session_secret)
+        self.server_client = ServerClient(instances)
+
+    @classmethod
+    def from_environment(cls) -> "SimpleServer":
+        """Build the server the launcher described in this process's environment."""
+        data = json.loads(open(os.environ[CONFIG_PATH_ENV]).read())
+        instances = gym_config.parse(data, check_ports=False)
+        return cls(os.environ[INSTANCE_ENV], instances)
+
+    @property
+    def session_cookie(self) -> str:
+        return f"{self.name}_session"
+
+    def setup_webserver(self) -> FastAPI:
+        """Make the app and register routes. Subclasses call ``super()`` and add theirs."""
+        app = FastAPI(title=self.name, lifespan=self.lifespan)
+        app.get("/")(self.liveness)
+        app.add_exception_handler(Exception, self.unhandled_error)
+        return app
+
+    def build_app(self) -> FastAPI:
+        app = self.setup_webserver()
+        app.add_middleware(SessionIdMiddleware)
+        app.add_middleware(SessionMiddleware, secret_key=self.secret, session_cookie=self.session_cookie)
+        return app
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await self.server_client.close()
+
+    async def liveness(self) -> dict[str, str]:
+        return {"status": "ok"}
+
+    async def unhandled_error(self, request: Request, error: Exception) -> JSONResponse:
+        return JSONResponse(status_code=500, content={"detail": repr(error)})
+
+
+class ServerApp:
+    """A server module's module-level ``app``, which uvicorn imports in every worker.
+
+    It is built on first use from the config the launcher put in the environment, so importing the
+    module (in tests, or to read its request models) starts nothing.
+    """
+
+    def __init__(self, server_class: type[SimpleServer]) -> None:
+        self.server_class = server_class
+        self._app: FastAPI | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._app is None:
+            self._app = self.server_class.from_environment().build_app()
+        await self._app(scope, receive, send)
+
+
+def set_cookies(response: Any, cookies: dict[str, str]) -> None:
+    """Hand the cookies of every server a session touched back to the caller."""
+    for key, value in cookies.items():
+        response.set_cookie(key, value, httponly=True, samesite="lax")

@@ -1,0 +1,77 @@
+"""A counter kept per session: the smallest environment whose reward depends on session state."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from pydantic import BaseModel
+
+from nemo_gym import SESSION_ID_KEY
+from nemo_gym.base_resources_server import (
+    BaseSeedSessionRequest,
+    BaseSeedSessionResponse,
+    BaseVerifyRequest,
+    BaseVerifyResponse,
+    SimpleResourcesServer,
+)
+from nemo_gym.server import ServerApp
+
+
+class CounterSeedSessionRequest(BaseSeedSessionRequest):
+    initial_count: int = 0
+
+
+class IncrementCounterRequest(BaseModel):
+    count: int
+
+
+class IncrementCounterResponse(BaseModel):
+    success: bool
+
+
+class GetCounterValueRequest(BaseModel):
+    pass
+
+
+class GetCounterValueResponse(BaseModel):
+    count: int
+
+
+class CounterVerifyRequest(BaseVerifyRequest):
+    expected_count: int
+
+
+class CounterVerifyResponse(BaseVerifyResponse):
+    expected_count: int
+    count: int | None
+
+
+class CounterServer(SimpleResourcesServer):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.counters: dict[str, int] = {}
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/increment_counter")(self.increment_counter)
+        app.post("/get_counter_value")(self.get_counter_value)
+        return app
+
+    async def seed_session(self, request: Request, body: CounterSeedSessionRequest) -> BaseSeedSessionResponse:
+        self.counters[request.session[SESSION_ID_KEY]] = body.initial_count
+        return BaseSeedSessionResponse()
+
+    async def increment_counter(self, request: Request, body: IncrementCounterRequest) -> IncrementCounterResponse:
+        session_id = request.session[SESSION_ID_KEY]
+        self.counters[session_id] = self.counters.get(session_id, 0) + body.count
+        return IncrementCounterResponse(success=True)
+
+    async def get_counter_value(self, request: Request, body: GetCounterValueRequest) -> GetCounterValueResponse:
+        return GetCounterValueResponse(count=self.counters.get(request.session[SESSION_ID_KEY], 0))
+
+    async def verify(self, request: Request, body: CounterVerifyRequest) -> CounterVerifyResponse:
+        count = self.counters.pop(request.session[SESSION_ID_KEY], None)
+        reward = 1.0 if count == body.expected_count else 0.0
+        return CounterVerifyResponse(**body.model_dump(), reward=reward, count=count)
+
+
+app = ServerApp(CounterServer)

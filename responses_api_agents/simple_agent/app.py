@@ -1,0 +1,92 @@
+"""simple_agent: call the model, run its function calls on the resources server, repeat."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import HTTPException, Request, Response as HTTPResponse
+
+from nemo_gym.base_responses_api_agent import BaseRunRequest, SimpleResponsesAPIAgent
+from nemo_gym.config import ServerRef
+from nemo_gym.openai_types import (
+    FunctionCallOutput,
+    Response,
+    ResponseCreateParams,
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+)
+from nemo_gym.client import ServerReply
+from nemo_gym.server import ServerApp, set_cookies
+
+
+class SimpleAgentConfig(SimpleResponsesAPIAgent.config_class):
+    resources_server: ServerRef
+    model_server: ServerRef
+    max_steps: int = 20
+
+
+class SimpleAgent(SimpleResponsesAPIAgent):
+    config_class = SimpleAgentConfig
+    config: SimpleAgentConfig
+
+    async def responses(self, request: Request, response: HTTPResponse, body: ResponseCreateParams) -> Response:
+        cookies = dict(request.cookies)
+        conversation = body.input_items()
+        produced: list[Any] = []
+        model_response = Response()
+        for _ in range(self.config.max_steps):
+            step = body.model_copy(update={"input": conversation})
+            reply = await self.server_client.post(
+                self.config.model_server.name, "/v1/responses", json=step.model_dump(exclude_none=True)
+            )
+            model_response = Response.model_validate(checked(reply, f"{self.config.model_server.name}/v1/responses").body)
+            calls = [item for item in model_response.output if isinstance(item, ResponseFunctionToolCall)]
+            for item in model_response.output:
+                conversation.append(item)
+                produced.append(item)
+            for call in calls:
+                output = await self.call_tool(call, cookies)
+                conversation.append(output)
+                produced.append(output)
+            if not calls or any(isinstance(item, ResponseOutputMessage) for item in model_response.output):
+                break
+        set_cookies(response, cookies)
+        return model_response.model_copy(update={"output": produced})
+
+    async def call_tool(self, call: ResponseFunctionToolCall, cookies: dict[str, str]) -> FunctionCallOutput:
+        """Run one function call as ``POST /<name>``; whatever goes wrong becomes text the model reads."""
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except json.JSONDecodeError as error:
+            return FunctionCallOutput(call_id=call.call_id, output=f"Error: arguments are not valid JSON: {error}")
+        if not isinstance(arguments, dict):
+            return FunctionCallOutput(call_id=call.call_id, output="Error: arguments must be a JSON object")
+        reply = await self.server_client.post(self.config.resources_server.name, f"/{call.name}", json=arguments, cookies=cookies)
+        cookies.update(reply.cookies)
+        return FunctionCallOutput(call_id=call.call_id, output=reply.text)
+
+    async def run(self, request: Request, response: HTTPResponse, body: BaseRunRequest) -> dict[str, Any]:
+        cookies = dict(request.cookies)
+        resources = self.config.resources_server.name
+        row = body.model_dump(exclude_none=True)
+
+        seed = await self.server_client.post(resources, "/seed_session", json=row, cookies=cookies)
+        cookies.update(checked(seed, f"{resources}/seed_session").cookies)
+        reply = await self.server_client.post(self.name, "/v1/responses", json=row["responses_create_params"], cookies=cookies)
+        cookies.update(checked(reply, f"{self.name}/v1/responses").cookies)
+        verify = await self.server_client.post(resources, "/verify", json={**row, "response": reply.body}, cookies=cookies)
+        cookies.update(checked(verify, f"{resources}/verify").cookies)
+        set_cookies(response, cookies)
+        return verify.body
+
+
+def checked(reply: ServerReply, what: str) -> ServerReply:
+    """Pass a failed hop on to the caller: a client error keeps its status (a lost session stays a 410)."""
+    if reply.ok:
+        return reply
+    status = reply.status if 400 <= reply.status < 500 else 502
+    raise HTTPException(status, f"{what} answered {reply.status}: {reply.text}")
+
+
+app = ServerApp(SimpleAgent)
