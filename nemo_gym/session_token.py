@@ -1,0 +1,39 @@
+"""The MCP session token: a signed payload naming a session (and, with several workers, its owner).
+
+CLI harnesses in sandboxes keep only this token, minted at ``/seed_session``, and send it in the
+``X-NeMo-Gym-Session-Token`` header instead of a session cookie.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from itsdangerous import BadSignature, URLSafeSerializer
+
+from nemo_gym import SESSION_ID_KEY
+from nemo_gym.routing.worker import OWNER_KEY
+
+TOKEN_HEADER = "X-NeMo-Gym-Session-Token"
+TOKEN_SALT = "nemo-gym-mcp-session-token"
+
+
+def token_serializer(secret: str) -> URLSafeSerializer:
+    return URLSafeSerializer(secret, salt=TOKEN_SALT)
+
+
+def mint_token(serializer: URLSafeSerializer, session_id: str, owner: str | None) -> str:
+    payload: dict[str, Any] = {SESSION_ID_KEY: session_id}
+    if owner is not None:
+        payload[OWNER_KEY] = owner
+    return serializer.dumps(payload)
+
+
+def read_token(serializer: URLSafeSerializer, token: str) -> dict[str, Any] | None:
+    """The token's payload, or None when the signature is bad or the payload is not a session."""
+    try:
+        payload = serializer.loads(token)
+    except BadSignature:
+        return None
+    if not isinstance(payload, dict) or not isinstance(payload.get(SESSION_ID_KEY), str):
+        return None
+    return payload
