@@ -16,6 +16,7 @@ from starlette.types import Receive, Scope, Send
 
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
+from nemo_gym.routing.worker import new_worker_id
 from nemo_gym.sessions import SessionIdMiddleware, session_secret
 
 CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"
@@ -41,6 +42,8 @@ class SimpleServer:
     """
 
     config_class: ClassVar[type[BaseServerConfig]] = BaseServerConfig
+    # Servers that keep per-session state route each session to its owner worker.
+    route_sessions: ClassVar[bool] = False
 
     def __init__(self, name: str, instances: dict[str, gym_config.Instance]) -> None:
         self.name = name
@@ -48,6 +51,9 @@ class SimpleServer:
         self.config = self.config_class.model_validate(instances[name].settings)
         self.secret = session_secret(name, self.config.session_secret)
         self.server_client = ServerClient(instances)
+        routed = self.route_sessions and self.config.num_workers > 1
+        # This worker's ID, stamped into the sessions it creates; None when nothing is routed.
+        self.worker_id = new_worker_id() if routed else None
 
     @classmethod
     def from_environment(cls) -> "SimpleServer":
