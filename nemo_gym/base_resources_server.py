@@ -57,10 +57,10 @@ def aggregate_rewards(verify_responses: list[dict[str, Any]]) -> AggregateMetric
 
 
 class SimpleResourcesServer(SimpleServer):
-    route_sessions = True
     """Subclass it, keep state per ``request.session["session_id"]``, add ``POST /<tool>`` routes."""
 
     config_class = BaseResourcesServerConfig
+    route_sessions = True
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()

@@ -22,6 +22,7 @@ class BaseRunRequest(BaseModel):
 
 class SimpleResponsesAPIAgent(SimpleServer):
     route_sessions = True
+
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/v1/responses")(self.responses)
