@@ -13,6 +13,7 @@ import os
 import uvicorn
 
 from nemo_gym import config as gym_config
+from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
 from nemo_gym.server import CONFIG_PATH_ENV, INSTANCE_ENV
 from nemo_gym.sessions import session_secret
 
@@ -35,8 +36,17 @@ def main() -> None:
     )
     if instance.num_workers == 1:
         uvicorn.run(module.app, **options)
-    else:
+        return
+    server_class = module.app.server_class
+    if not server_class.is_routed(server_class.config_class.model_validate(instance.settings)):
         uvicorn.run(f"{instance.module}:app", workers=instance.num_workers, **options)
+        return
+    # Every worker serves a private socket in this directory; it goes when the server stops.
+    os.environ[SOCKET_DIR_ENV] = socket_dir = make_socket_dir()
+    try:
+        uvicorn.run(f"{instance.module}:app", workers=instance.num_workers, **options)
+    finally:
+        remove_socket_dir(socket_dir)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,13 @@ from starlette.types import Receive, Scope, Send
 
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
-from nemo_gym.routing.worker import new_worker_id
+from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
+from nemo_gym.routing.forwarder import Forwarder
+from nemo_gym.routing.owner import OwnerReader
+from nemo_gym.routing.private_server import PrivateServer
+from nemo_gym.routing.router import SessionRouter
+from nemo_gym.routing.worker import SOCKET_DIR_ENV, new_worker_id, socket_path
+from nemo_gym.session_token import token_serializer
 from nemo_gym.sessions import SessionIdMiddleware, session_secret
 
 CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"
@@ -33,6 +39,8 @@ class BaseServerConfig(BaseModel):
     port: int
     num_workers: int = 1
     session_secret: str | None = None
+    # Off switch for session routing (on by default for resources servers and agents).
+    route_sessions: bool = True
 
 
 class SimpleServer:
@@ -45,15 +53,24 @@ class SimpleServer:
     # Servers that keep per-session state route each session to its owner worker.
     route_sessions: ClassVar[bool] = False
 
-    def __init__(self, name: str, instances: dict[str, gym_config.Instance]) -> None:
+    def __init__(self, name: str, instances: dict[str, gym_config.Instance], socket_dir: str | None = None) -> None:
         self.name = name
         self.instances = instances
         self.config = self.config_class.model_validate(instances[name].settings)
         self.secret = session_secret(name, self.config.session_secret)
         self.server_client = ServerClient(instances)
-        routed = self.route_sessions and self.config.num_workers > 1
         # This worker's ID, stamped into the sessions it creates; None when nothing is routed.
-        self.worker_id = new_worker_id() if routed else None
+        self.worker_id: str | None = None
+        self.socket_dir: str | None = None
+        if self.is_routed(self.config):
+            self.worker_id = new_worker_id()
+            self.socket_dir = socket_dir or os.environ[SOCKET_DIR_ENV]
+            self.forwarder = Forwarder(self.socket_dir)
+
+    @classmethod
+    def is_routed(cls, config: BaseServerConfig) -> bool:
+        """Several workers, a server that keeps sessions, and routing not switched off."""
+        return cls.route_sessions and config.route_sessions and config.num_workers > 1
 
     @classmethod
     def from_environment(cls) -> "SimpleServer":
@@ -75,14 +92,28 @@ class SimpleServer:
 
     def build_app(self) -> FastAPI:
         app = self.setup_webserver()
-        app.add_middleware(SessionIdMiddleware)
+        app.add_middleware(SessionIdMiddleware, owner=self.worker_id)
         app.add_middleware(SessionMiddleware, secret_key=self.secret, session_cookie=self.session_cookie)
+        if self.worker_id is not None:
+            app.add_middleware(CancelOnDisconnect)
+            owners = OwnerReader(self.secret, self.session_cookie, token_serializer(self.secret))
+            app.add_middleware(SessionRouter, worker_id=self.worker_id, owners=owners, forwarder=self.forwarder)
         return app
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         try:
-            yield
+            if self.worker_id is None:
+                yield
+                return
+            # Other workers reach this one's sessions only once its own start-up is done.
+            private = PrivateServer(app, socket_path(self.socket_dir, self.worker_id))
+            await private.start()
+            try:
+                yield
+            finally:
+                await private.stop()
+                await self.forwarder.close()
         finally:
             await self.server_client.close()
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
+from nemo_gym.routing.worker import OWNER_KEY
 
 
 def state_dir() -> Path:
@@ -39,12 +40,21 @@ def session_secret(instance_name: str, configured: str | None = None) -> str:
 
 
 class SessionIdMiddleware:
-    """Sits inside SessionMiddleware and makes sure every session has a ``session_id``."""
+    """Sits inside SessionMiddleware and makes sure every session has a ``session_id``.
 
-    def __init__(self, app: ASGIApp) -> None:
+    With several workers it also stamps the session with its owner, this worker, when the session has
+    none yet: a new session, or one minted by a single-worker server, which this worker adopts.
+    """
+
+    def __init__(self, app: ASGIApp, owner: str | None = None) -> None:
         self.app = app
+        self.owner = owner
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and SESSION_ID_KEY not in scope["session"]:
-            scope["session"][SESSION_ID_KEY] = uuid.uuid4().hex
+        if scope["type"] == "http":
+            session = scope["session"]
+            if SESSION_ID_KEY not in session:
+                session[SESSION_ID_KEY] = uuid.uuid4().hex
+            if self.owner is not None and OWNER_KEY not in session:
+                session[OWNER_KEY] = self.owner
         await self.app(scope, receive, send)

@@ -1,0 +1,163 @@
+"""Forward a request, unchanged, to the worker that owns its session, and stream the reply back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+
+import aiohttp
+from starlette.responses import JSONResponse
+from starlette.types import Message, Receive, Scope, Send
+from yarl import URL
+
+from nemo_gym.routing.private_server import PRIVATE_KEEP_ALIVE_SECONDS
+from nemo_gym.routing.worker import socket_path
+
+CLIENT_HEADER = b"x-nemo-gym-client"
+# Shorter than the private server's, so this side always closes an idle connection first and never
+# sends a request down a connection the owner is closing.
+FORWARD_KEEP_ALIVE_SECONDS = PRIVATE_KEEP_ALIVE_SECONDS / 2
+# Connection-level headers describe one hop, not the request: each hop sets its own.
+HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
+)
+# Headers aiohttp would add on its own; a forwarded request carries only the caller's.
+NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+
+
+class OwnerGone(Exception):
+    """The owner's socket is missing or refuses connections: its worker, and the session, are gone."""
+
+
+class CallerLeft(Exception):
+    """The caller disconnected while its request body was still being streamed."""
+
+
+def lost_session(owner: str) -> JSONResponse:
+    return JSONResponse(
+        status_code=410,
+        content={
+            "detail": f"Session lost: it belongs to worker {owner}, which is gone (the worker exited, or the "
+            "server restarted), and the session's state went with it. Start a new session."
+        },
+    )
+
+
+async def is_listening(path: str) -> bool:
+    try:
+        _, writer = await asyncio.open_unix_connection(path)
+    except OSError:
+        return False
+    writer.close()
+    return True
+
+
+class Forwarder:
+    """Sends requests to owner workers: one aiohttp session, with pooled connections, per owner socket."""
+
+    def __init__(self, socket_dir: str) -> None:
+        self.socket_dir = socket_dir
+        self.sessions: dict[str, aiohttp.ClientSession] = {}
+
+    async def forward(self, owner: str, scope: Scope, receive: Receive, send: Send) -> None:
+        """Forward and stream back, or answer 410 if the owner is gone. A caller that leaves cancels it."""
+        exchange = Exchange(scope, receive, send)
+        try:
+            await exchange.run(self.session_for(owner))
+        except OwnerGone:
+            await self.drop(owner)
+            await lost_session(owner)(scope, receive, send)
+        except (CallerLeft, aiohttp.ClientConnectionError):
+            if exchange.caller_left:
+                return
+            if exchange.started or await is_listening(socket_path(self.socket_dir, owner)):
+                raise
+            await self.drop(owner)
+            await lost_session(owner)(scope, receive, send)
+
+    def session_for(self, owner: str) -> aiohttp.ClientSession:
+        session = self.sessions.get(owner)
+        if session is None:
+            path = socket_path(self.socket_dir, owner)
+            if not os.path.exists(path):
+                raise OwnerGone(owner)
+            session = aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(path, limit=0, keepalive_timeout=FORWARD_KEEP_ALIVE_SECONDS),
+                cookie_jar=aiohttp.DummyCookieJar(),
+                auto_decompress=False,
+                skip_auto_headers=NO_AUTO_HEADERS,
+                timeout=aiohttp.ClientTimeout(total=None),
+            )
+            self.sessions[owner] = session
+        return session
+
+    async def drop(self, owner: str) -> None:
+        session = self.sessions.pop(owner, None)
+        if session is not None:
+            await session.close()
+
+    async def close(self) -> None:
+        for owner in list(self.sessions):
+            await self.drop(owner)
+
+
+class Exchange:
+    """One forwarded request: the caller's body streamed up, the owner's reply streamed down."""
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.scope = scope
+        self.receive = receive
+        self.send = send
+        self.body_sent = asyncio.Event()
+        self.started = False
+        self.finished = False
+        self.caller_left = False
+
+    async def run(self, session: aiohttp.ClientSession) -> None:
+        relay = asyncio.ensure_future(self.relay(session))
+        watcher = asyncio.ensure_future(self.wait_for_disconnect())
+        try:
+            await asyncio.wait((relay, watcher), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watcher.cancel()
+            if not relay.done() and not self.finished:
+                relay.cancel()  # the caller left: closing the connection makes the owner cancel its handler
+        with contextlib.suppress(asyncio.CancelledError):
+            await relay
+
+    async def relay(self, session: aiohttp.ClientSession) -> None:
+        scope = self.scope
+        headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"] if name not in HOP_BY_HOP]
+        if scope.get("client"):
+            headers.append((CLIENT_HEADER.decode(), "%s:%d" % tuple(scope["client"])))
+        has_body = any(name in (b"content-length", b"transfer-encoding") for name, _ in scope["headers"])
+        if not has_body:
+            self.body_sent.set()
+        path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        url = URL.build(scheme="http", host="owner", path=path, query=scope["query_string"].decode("latin-1"), encoded=True)
+        async with session.request(scope["method"], url, headers=headers, data=self.body() if has_body else None) as reply:
+            self.started = True
+            headers = [(name.lower(), value) for name, value in reply.raw_headers if name.lower() not in HOP_BY_HOP]
+            await self.send({"type": "http.response.start", "status": reply.status, "headers": headers})
+            async for chunk in reply.content.iter_any():
+                await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
+            self.finished = True
+            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def body(self) -> AsyncIterator[bytes]:
+        while True:
+            message: Message = await self.receive()
+            if message["type"] == "http.disconnect":
+                self.caller_left = True
+                raise CallerLeft
+            yield message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        self.body_sent.set()
+
+    async def wait_for_disconnect(self) -> None:
+        await self.body_sent.wait()
+        while (await self.receive())["type"] != "http.disconnect":
+            pass

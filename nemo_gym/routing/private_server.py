@@ -1,0 +1,70 @@
+"""This worker's app, served a second time on the worker's own Unix socket.
+
+Other workers forward the requests of this worker's sessions here. It runs on the worker's event
+loop, does not run the app's lifespan again, and adds no ``date`` or ``server`` header, so a
+forwarded reply is exactly what the app produced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+
+import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+PRIVATE_SCOPE_KEY = "nemo_gym.private"
+# Longer than the forwarder's, so the forwarding side always closes an idle connection first.
+PRIVATE_KEEP_ALIVE_SECONDS = 30
+
+
+class PrivateEntrance:
+    """Marks requests that arrived over the private socket; the router handles those locally."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[PRIVATE_SCOPE_KEY] = True
+        await self.app(scope, receive, send)
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to the worker's own server."""
+
+    def capture_signals(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
+class PrivateServer:
+    def __init__(self, app: ASGIApp, path: str) -> None:
+        self.path = path
+        config = uvicorn.Config(
+            PrivateEntrance(app),
+            uds=path,
+            lifespan="off",
+            server_header=False,
+            date_header=False,
+            access_log=False,
+            log_level="warning",
+            timeout_keep_alive=PRIVATE_KEEP_ALIVE_SECONDS,
+            timeout_graceful_shutdown=5,
+        )
+        self.server = _EmbeddedServer(config)
+        self.task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self.task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            if self.task.done():
+                self.task.result()
+                raise RuntimeError(f"private server on {self.path} stopped during start-up")
+            await asyncio.sleep(0.01)
+
+    async def stop(self) -> None:
+        self.server.should_exit = True
+        if self.task is not None:
+            await self.task
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
