@@ -36,6 +36,8 @@ class Instance:
     implementation: str
     settings: dict[str, Any]
     source: str = field(default="<config>", compare=False)
+    # The file that set each setting, when the config came from several files.
+    key_sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def host(self) -> str:
@@ -75,7 +77,12 @@ def merge(base: dict, override: dict) -> dict:
 
 
 def read_files(paths: list[str | Path]) -> tuple[dict, dict[str, str]]:
-    """Read and merge YAML files. Returns the merged mapping and, per instance, the file that last set it."""
+    """Read and merge YAML files.
+
+    Returns the merged mapping and where each part came from: per instance name, the file that last
+    set it, and per ``<instance>.<setting>``, the file that last set that setting. A later file that
+    gives an instance another server type or implementation replaces that instance outright.
+    """
     merged: dict = {}
     sources: dict[str, str] = {}
     for path in paths:
@@ -88,10 +95,33 @@ def read_files(paths: list[str | Path]) -> tuple[dict, dict[str, str]]:
             raise ConfigError(f"{path}: not valid YAML: {error}") from error
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of instance names")
-        for name in data:
-            sources[str(name)] = str(path)
+        for name, body in data.items():
+            name = str(name)
+            if name in merged and _kind(merged[name]) != _kind(body):
+                del merged[name]
+                for key in [key for key in sources if key.startswith(f"{name}.")]:
+                    del sources[key]
+            sources[name] = str(path)
+            for key in _settings(body):
+                sources[f"{name}.{key}"] = str(path)
         merged = merge(merged, data)
     return merged, sources
+
+
+def _kind(body: Any) -> tuple[str, str] | None:
+    """An instance body's (server type, implementation), or None when it is not in that shape."""
+    if isinstance(body, dict) and len(body) == 1:
+        (server_type, impls), = body.items()
+        if isinstance(impls, dict) and len(impls) == 1:
+            return str(server_type), str(next(iter(impls)))
+    return None
+
+
+def _settings(body: Any) -> list[str]:
+    if _kind(body) is None:
+        return []
+    settings = next(iter(next(iter(body.values())).values()))
+    return [str(key) for key in settings] if isinstance(settings, dict) else []
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
@@ -115,8 +145,7 @@ def parse(data: dict, sources: dict[str, str] | None = None, check_ports: bool =
     sources = sources or {}
     instances: dict[str, Instance] = {}
     for name, body in data.items():
-        where = f"{sources.get(str(name), '<config>')}: {name}"
-        instances[str(name)] = _parse_instance(str(name), body, where)
+        instances[str(name)] = _parse_instance(str(name), body, sources)
     for instance in instances.values():
         _check_refs(instance, instances)
     for instance in instances.values():
@@ -138,20 +167,26 @@ def check_settings(instances: dict[str, Instance]) -> None:
         try:
             server_class = importlib.import_module(instance.module).app.server_class
         except (ImportError, AttributeError) as error:
-            raise ConfigError(f"{_where(instance)}.entrypoint: cannot load a server app from {instance.module}: {error!r}") from error
+            raise ConfigError(f"{_where(instance, 'entrypoint')}: cannot load a server app from {instance.module}: {error!r}") from error
         try:
             server_class.config_class.model_validate(instance.settings)
         except ValidationError as error:
             problem = error.errors()[0]
             key = ".".join(str(part) for part in problem["loc"])
-            raise ConfigError(f"{_where(instance)}.{key}: {problem['msg']}") from None
+            raise ConfigError(f"{_where(instance, key)}: {problem['msg']}") from None
 
 
-def _where(instance: Instance) -> str:
-    return f"{instance.source}: {instance.name}.{instance.server_type}.{instance.implementation}"
+def _where(instance: Instance, key: str | None = None) -> str:
+    """``file: instance.type.implementation[.key]``, naming the file that set ``key`` when it is known."""
+    setting = key.split(".", 1)[0] if key else None
+    source = instance.key_sources.get(setting, instance.source) if setting else instance.source
+    path = f"{instance.name}.{instance.server_type}.{instance.implementation}"
+    return f"{source}: {path}.{key}" if key else f"{source}: {path}"
 
 
-def _parse_instance(name: str, body: Any, where: str) -> Instance:
+def _parse_instance(name: str, body: Any, sources: dict[str, str]) -> Instance:
+    source = sources.get(name, "<config>")
+    where = f"{source}: {name}"
     if not INSTANCE_NAME.match(name):
         raise ConfigError(f"{where}: instance names are letters, digits, '_' and '-', starting with a letter")
     if not isinstance(body, dict) or len(body) != 1:
@@ -162,23 +197,25 @@ def _parse_instance(name: str, body: Any, where: str) -> Instance:
     if not isinstance(impls, dict) or len(impls) != 1:
         raise ConfigError(f"{where}.{server_type}: must map exactly one implementation to its settings")
     (implementation, settings), = impls.items()
-    key = f"{where}.{server_type}.{implementation}"
     if not (REPO_ROOT / server_type / implementation).is_dir():
-        raise ConfigError(f"{key}: no implementation directory {server_type}/{implementation}")
+        raise ConfigError(f"{where}.{server_type}.{implementation}: no implementation directory {server_type}/{implementation}")
+    if settings is not None and not isinstance(settings, dict):
+        raise ConfigError(f"{where}.{server_type}.{implementation}: settings must be a mapping, got {settings!r}")
     settings = dict(settings or {})
+    key_sources = {key[len(name) + 1 :]: file for key, file in sources.items() if key.startswith(f"{name}.")}
+    instance = Instance(name, server_type, implementation, settings, source, key_sources)
     settings.setdefault("entrypoint", "app.py")
     settings.setdefault("host", DEFAULT_HOST)
     settings.setdefault("num_workers", 1)
     if not (REPO_ROOT / server_type / implementation / settings["entrypoint"]).is_file():
-        raise ConfigError(f"{key}.entrypoint: no file {server_type}/{implementation}/{settings['entrypoint']}")
+        raise ConfigError(f"{_where(instance, 'entrypoint')}: no file {server_type}/{implementation}/{settings['entrypoint']}")
     workers = settings["num_workers"]
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise ConfigError(f"{key}.num_workers: must be a whole number of at least 1, got {workers!r}")
+        raise ConfigError(f"{_where(instance, 'num_workers')}: must be a whole number of at least 1, got {workers!r}")
     port = settings.get("port")
-    if port is not None and (not isinstance(port, int) or not 0 < port < 65536):
-        raise ConfigError(f"{key}.port: must be a TCP port number, got {port!r}")
-    source = where.rsplit(": ", 1)[0]
-    return Instance(name, server_type, implementation, settings, source)
+    if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
+        raise ConfigError(f"{_where(instance, 'port')}: must be a TCP port number, got {port!r}")
+    return instance
 
 
 def _check_refs(instance: Instance, instances: dict[str, Instance]) -> None:
@@ -186,10 +223,10 @@ def _check_refs(instance: Instance, instances: dict[str, Instance]) -> None:
         if isinstance(value, dict) and set(value) == {"type", "name"}:
             target = instances.get(value["name"])
             if target is None:
-                raise ConfigError(f"{_where(instance)}.{key}: refers to instance {value['name']!r}, which the config does not define")
+                raise ConfigError(f"{_where(instance, key)}: refers to instance {value['name']!r}, which the config does not define")
             if target.server_type != value["type"]:
                 raise ConfigError(
-                    f"{_where(instance)}.{key}: instance {value['name']!r} is a {target.server_type}, not a {value['type']}"
+                    f"{_where(instance, key)}: instance {value['name']!r} is a {target.server_type}, not a {value['type']}"
                 )
 
 
@@ -198,7 +235,7 @@ def _resolve_port(instance: Instance, check_ports: bool) -> None:
     if port is None:
         instance.settings["port"] = free_port(instance.host)
     elif check_ports and port_in_use(instance.host, port):
-        raise ConfigError(f"{_where(instance)}.port: port {port} on {instance.host} is already in use")
+        raise ConfigError(f"{_where(instance, 'port')}: port {port} on {instance.host} is already in use")
 
 
 class ServerRef(BaseModel):
