@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 from starlette.responses import JSONResponse
@@ -65,7 +65,7 @@ class Forwarder:
         """Forward and stream back, or answer 410 if the owner is gone. A caller that leaves cancels it."""
         exchange = Exchange(scope, receive, send)
         try:
-            await exchange.run(self.session_for(owner))
+            await exchange.run(lambda: self.session_for(owner))
         except OwnerGone:
             await self.drop(owner)
             await lost_session(owner)(scope, receive, send)
@@ -79,7 +79,7 @@ class Forwarder:
 
     def session_for(self, owner: str) -> aiohttp.ClientSession:
         session = self.sessions.get(owner)
-        if session is None:
+        if session is None or session.closed:
             path = socket_path(self.socket_dir, owner)
             if not os.path.exists(path):
                 raise OwnerGone(owner)
@@ -115,8 +115,8 @@ class Exchange:
         self.finished = False
         self.caller_left = False
 
-    async def run(self, session: aiohttp.ClientSession) -> None:
-        relay = asyncio.ensure_future(self.relay(session))
+    async def run(self, connect: Callable[[], aiohttp.ClientSession]) -> None:
+        relay = asyncio.ensure_future(self.relay(connect))
         watcher = asyncio.ensure_future(self.wait_for_disconnect())
         try:
             await asyncio.wait((relay, watcher), return_when=asyncio.FIRST_COMPLETED)
@@ -127,7 +127,7 @@ class Exchange:
         with contextlib.suppress(asyncio.CancelledError):
             await relay
 
-    async def relay(self, session: aiohttp.ClientSession) -> None:
+    async def relay(self, connect: Callable[[], aiohttp.ClientSession]) -> None:
         scope = self.scope
         headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"] if name not in HOP_BY_HOP]
         if scope.get("client"):
@@ -137,7 +137,8 @@ class Exchange:
             self.body_sent.set()
         path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         url = URL.build(scheme="http", host="owner", path=path, query=scope["query_string"].decode("latin-1"), encoded=True)
-        async with session.request(scope["method"], url, headers=headers, data=self.body() if has_body else None) as reply:
+        # connect() and the request start in one step, so no other task can close the session between.
+        async with connect().request(scope["method"], url, headers=headers, data=self.body() if has_body else None) as reply:
             self.started = True
             headers = [(name.lower(), value) for name, value in reply.raw_headers if name.lower() not in HOP_BY_HOP]
             await self.send({"type": "http.response.start", "status": reply.status, "headers": headers})

@@ -1,0 +1,136 @@
+"""Session routing end to end: real processes, the counter at 4 workers, agent and model at 1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import aiohttp
+
+from nemo_gym.client import ServerClient
+from nemo_gym.presets import agent_name, environment_trio
+from nemo_gym.rollouts import read_rows, run_episodes
+from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions import session_secret
+from tests.unit_tests.routing_workers import session_of
+
+COUNTER = "example_session_state_mgmt"
+EPISODES = 200
+DATA = Path(__file__).resolve().parents[3] / "resources_servers" / COUNTER / "data" / "example.jsonl"
+
+
+def trio(num_workers: int, route_sessions: bool = True) -> dict:
+    config = environment_trio(COUNTER, num_workers)
+    config[COUNTER]["resources_servers"][COUNTER]["route_sessions"] = route_sessions
+    return config
+
+
+def episodes_plus_one_plus_two() -> list[dict]:
+    row = read_rows(DATA, limit=1)[0]  # "Add 1, then add 2, then get the count"
+    return [{**row, "initial_count": start, "expected_count": start + 3} for start in range(EPISODES)]
+
+
+async def run_all(instances) -> list[dict]:
+    client = ServerClient(instances)
+    try:
+        return await run_episodes(client, agent_name(COUNTER), episodes_plus_one_plus_two(), EPISODES, progress=False)
+    finally:
+        await client.close()
+
+
+def test_run_episodes_all_score_at_four_workers(start_servers):
+    launcher = start_servers(trio(4))
+    results = asyncio.run(run_all(launcher.instances))
+    assert sum(result["reward"] == 1.0 for result in results) == EPISODES, [r.get("error") for r in results if "error" in r][:3]
+
+
+def test_run_episodes_lose_rewards_with_routing_switched_off(start_servers):
+    launcher = start_servers(trio(4, route_sessions=False))
+    results = asyncio.run(run_all(launcher.instances))
+    assert sum(result["reward"] == 1.0 for result in results) < EPISODES
+
+
+async def seed_all(url: str) -> list[dict[str, str]]:
+    """Seed every session on a connection of its own, arriving over a second, as rollouts start."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), cookie_jar=aiohttp.DummyCookieJar()) as http:
+
+        async def seed(start: int) -> dict[str, str]:
+            await asyncio.sleep(start * 0.005)
+            async with http.post(f"{url}/seed_session", json={"initial_count": start}) as reply:
+                assert reply.status == 200, await reply.text()
+                return {key: morsel.value for key, morsel in reply.cookies.items()}
+
+        return await asyncio.gather(*(seed(start) for start in range(EPISODES)))
+
+
+async def verify_all(client: ServerClient, cookies: list[dict[str, str]]) -> list:
+    async def verify(start: int, jar: dict[str, str]):
+        await asyncio.sleep(0.05)  # think time, so requests spread over connections and workers
+        body = {"responses_create_params": {"input": "x"}, "response": {}, "expected_count": start}
+        reply = await client.post(COUNTER, "/verify", json=body, cookies=jar)
+        return reply.status, reply.body
+
+    return await asyncio.gather(*(verify(start, jar) for start, jar in enumerate(cookies)))
+
+
+def owners(cookies: list[dict[str, str]]) -> list[str]:
+    secret = session_secret(COUNTER)
+    return [session_of(secret, jar[f"{COUNTER}_session"])[OWNER_KEY] for jar in cookies]
+
+
+def test_seed_then_verify_sessions_all_score_and_spread_over_workers(start_servers):
+    launcher = start_servers(trio(4))
+
+    async def scenario():
+        client = ServerClient(launcher.instances)
+        try:
+            cookies = await seed_all(launcher.instances[COUNTER].url)
+            return cookies, await verify_all(client, cookies)
+        finally:
+            await client.close()
+
+    cookies, verdicts = asyncio.run(scenario())
+    assert [status for status, _ in verdicts] == [200] * EPISODES
+    assert sum(body["reward"] == 1.0 for _, body in verdicts) == EPISODES
+    assert len(set(owners(cookies))) > 1
+
+
+def worker_pid_of_owner(supervisor_pid: int, owner: str) -> int:
+    """The worker process serving ``owner``'s private socket, found through /proc (socket inode -> fd)."""
+    inodes = {line.split()[6] for line in Path("/proc/net/unix").read_text().splitlines()[1:] if line.endswith(f"/{owner}.sock")}
+    for pid in Path(f"/proc/{supervisor_pid}/task/{supervisor_pid}/children").read_text().split():
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            if any(os.readlink(fd) == f"socket:[{inode}]" for inode in inodes):
+                return int(pid)
+    raise LookupError(f"no worker serves {owner}")
+
+
+def test_killed_worker_sessions_get_410_and_the_others_still_score(start_servers):
+    launcher = start_servers(trio(4))
+
+    cookies = asyncio.run(seed_all(launcher.instances[COUNTER].url))
+    owner_of = owners(cookies)
+    victim = owner_of[0]
+    pid = worker_pid_of_owner(launcher.processes[COUNTER].pid, victim)
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}/cmdline") and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    async def verify():
+        client = ServerClient(launcher.instances)
+        try:
+            return await verify_all(client, cookies)
+        finally:
+            await client.close()
+
+    verdicts = asyncio.run(verify())
+    assert len(set(owner_of)) > 1
+    for owner, (status, body) in zip(owner_of, verdicts):
+        if owner == victim:
+            assert status == 410 and victim in body["detail"] and "gone" in body["detail"], body
+        else:
+            assert status == 200 and body["reward"] == 1.0, body

@@ -1,0 +1,159 @@
+"""Two (or more) workers of one server in this process, each on its own loopback port, sharing a real
+socket directory: enough to send a request to exactly the worker a test chooses."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from base64 import b64decode, b64encode
+from typing import Any
+
+import aiohttp
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
+from itsdangerous import TimestampSigner
+
+from nemo_gym import SESSION_ID_KEY
+from nemo_gym import config as gym_config
+from nemo_gym.base_resources_server import SimpleResourcesServer
+from nemo_gym.client import cookie_header
+from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.server import ServerApp
+
+
+class EchoServer(SimpleResourcesServer):
+    """Tells who handled a request and what arrived; keeps a per-session counter; can stream and hang."""
+
+    cancelled: list[str] = []
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.api_route("/echo/{rest:path}", methods=["GET", "POST", "PUT", "DELETE", "PATCH"])(self.echo)
+        app.post("/increment")(self.increment)
+        app.post("/touch")(self.touch)
+        app.post("/stream")(self.stream)
+        app.post("/hang")(self.hang)
+        self.counts: dict[str, int] = {}
+        return app
+
+    async def echo(self, request: Request, rest: str) -> dict[str, Any]:
+        return {
+            "worker": self.worker_id,
+            "session_id": request.session[SESSION_ID_KEY],
+            "method": request.method,
+            "path": request.url.path,
+            "query": request.url.query,
+            "headers": [[name, value] for name, value in request.headers.items()],
+            "body": (await request.body()).decode(),
+            "client": list(request.client) if request.client else None,
+        }
+
+    async def increment(self, request: Request) -> dict[str, Any]:
+        session_id = request.session[SESSION_ID_KEY]
+        self.counts[session_id] = self.counts.get(session_id, 0) + 1
+        return {"worker": self.worker_id, "count": self.counts[session_id]}
+
+    async def touch(self, request: Request) -> dict[str, Any]:
+        """Changes the session, so the reply carries a Set-Cookie."""
+        request.session["touched_by"] = self.worker_id
+        return {"worker": self.worker_id}
+
+    async def stream(self, request: Request) -> StreamingResponse:
+        body = await request.body()
+
+        async def pieces():
+            for start in range(0, len(body), 1000):
+                yield body[start : start + 1000]
+                await asyncio.sleep(0)
+
+        return StreamingResponse(pieces(), media_type="application/octet-stream", headers={"x-worker": self.worker_id or ""})
+
+    async def hang(self, request: Request) -> dict[str, str]:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            EchoServer.cancelled.append(request.session[SESSION_ID_KEY])
+            raise
+        return {"status": "finished"}
+
+
+app = ServerApp(EchoServer)
+
+
+def instances(name: str, num_workers: int, **settings: Any) -> dict[str, gym_config.Instance]:
+    """A config whose only instance is an EchoServer (implemented in the counter's directory's place)."""
+    instance = gym_config.Instance(
+        name,
+        "resources_servers",
+        "example_session_state_mgmt",
+        {"host": "127.0.0.1", "port": 0, "num_workers": num_workers, "entrypoint": "app.py", **settings},
+    )
+    return {name: instance}
+
+
+class _Quiet(uvicorn.Server):
+    def capture_signals(self):
+        return contextlib.nullcontext()
+
+
+class Worker:
+    """One worker: an EchoServer app on a loopback port (lifespan on, so its private socket runs)."""
+
+    def __init__(self, name: str, num_workers: int, socket_dir: str | None, **settings: Any) -> None:
+        self.server = EchoServer(name, instances(name, num_workers, **settings), socket_dir)
+        self.port = gym_config.free_port()
+        self.uvicorn = _Quiet(uvicorn.Config(self.server.build_app(), host="127.0.0.1", port=self.port, log_level="warning"))
+        self.task: asyncio.Task | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> "Worker":
+        self.task = asyncio.create_task(self.uvicorn.serve())
+        async with asyncio.timeout(10):
+            while not self.uvicorn.started:
+                await asyncio.sleep(0.01)
+        return self
+
+    async def stop(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.uvicorn.should_exit = True
+            async with asyncio.timeout(15):
+                await self.task
+
+
+class Caller:
+    """A caller with no cookie jar: it sends exactly the cookies a test gives it."""
+
+    def __init__(self) -> None:
+        self.http = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=30))
+
+    async def post(self, worker: Worker, path: str, cookies: dict[str, str] | None = None, **kwargs: Any):
+        headers = dict(kwargs.pop("headers", {}))
+        if cookies:
+            headers["Cookie"] = cookie_header(cookies)
+        return await self.http.post(worker.url + path, headers=headers, **kwargs)
+
+    async def close(self) -> None:
+        await self.http.close()
+
+
+def session_of(secret: str, cookie: str) -> dict[str, Any]:
+    """The contents of a Starlette session cookie, read with the server's secret."""
+    return json.loads(b64decode(TimestampSigner(secret).unsign(cookie)))
+
+
+def signed_session(secret: str, session: dict[str, Any]) -> str:
+    """A session cookie with the given contents, signed as Starlette signs it."""
+    return TimestampSigner(secret).sign(b64encode(json.dumps(session).encode())).decode()
+
+
+def set_cookies(response: aiohttp.ClientResponse) -> list[str]:
+    return response.headers.getall("Set-Cookie", [])
+
+
+def owner_of(worker: Worker, cookies: dict[str, str]) -> str | None:
+    return session_of(worker.server.secret, cookies[worker.server.session_cookie]).get(OWNER_KEY)

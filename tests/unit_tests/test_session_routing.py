@@ -1,0 +1,296 @@
+"""Session routing, with two in-process workers of one server sharing a real socket directory."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import tempfile
+import uuid
+
+import aiohttp
+import pytest
+
+from nemo_gym import SESSION_ID_KEY
+from nemo_gym.routing.worker import OWNER_KEY, socket_path
+from nemo_gym.session_token import TOKEN_HEADER, mint_token, token_serializer
+from tests.unit_tests.routing_workers import (
+    Caller,
+    EchoServer,
+    Worker,
+    owner_of,
+    session_of,
+    set_cookies,
+    signed_session,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def pair():
+    """Workers A and B of the same server (same name, so the same secret), one socket directory."""
+    socket_dir = tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")
+    name = f"echo_{uuid.uuid4().hex[:8]}"
+    a = await Worker(name, 2, socket_dir).start()
+    b = await Worker(name, 2, socket_dir).start()
+    caller = Caller()
+    yield a, b, caller
+    await caller.close()
+    await a.stop()
+    await b.stop()
+    os.rmdir(socket_dir)
+
+
+async def new_session(caller: Caller, worker: Worker) -> dict[str, str]:
+    response = await caller.post(worker, "/increment")
+    assert response.status == 200
+    return {key: morsel.value for key, morsel in response.cookies.items()}
+
+
+async def test_new_session_is_handled_locally_and_owned_by_its_worker(pair):
+    a, b, caller = pair
+    response = await caller.post(a, "/echo/x")
+    body = await response.json()
+    cookies = {key: morsel.value for key, morsel in response.cookies.items()}
+    assert body["worker"] == a.server.worker_id
+    assert owner_of(a, cookies) == a.server.worker_id
+
+
+async def test_session_owned_by_other_worker_is_forwarded_with_a_single_set_cookie(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    response = await caller.post(b, "/increment", cookies)
+    assert await response.json() == {"worker": a.server.worker_id, "count": 2}
+    [cookie] = set_cookies(response) or [None]
+    assert cookie is None or cookie.startswith(a.server.session_cookie)
+    response = await caller.post(b, "/echo/x", {**cookies, "other": "1"})
+    assert (await response.json())["worker"] == a.server.worker_id
+    assert len(set_cookies(response)) <= 1
+
+
+async def test_forwarded_reply_that_changes_the_session_carries_only_the_owners_set_cookie(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    response = await caller.post(b, "/touch", cookies)
+    assert (await response.json())["worker"] == a.server.worker_id
+    [cookie] = set_cookies(response)
+    name, _, value = cookie.partition(";")[0].partition("=")
+    assert name == a.server.session_cookie
+    assert session_of(a.server.secret, value)["touched_by"] == a.server.worker_id
+
+
+async def test_method_path_query_and_headers_arrive_unchanged(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    headers = {"X-Custom": "kept as is", "Authorization": "Bearer t0ken", "Content-Type": "text/plain"}
+    direct = await (await caller.http.put(f"{a.url}/echo/some%20path/x?b=2&a=1&a=%2F", data="body!", headers={**headers, "Cookie": f"{a.server.session_cookie}={cookies[a.server.session_cookie]}"})).json()
+    forwarded = await (await caller.http.put(f"{b.url}/echo/some%20path/x?b=2&a=1&a=%2F", data="body!", headers={**headers, "Cookie": f"{a.server.session_cookie}={cookies[a.server.session_cookie]}"})).json()
+    assert forwarded["worker"] == a.server.worker_id
+    for key in ("method", "path", "query", "body", "session_id"):
+        assert forwarded[key] == direct[key]
+    without_host = lambda pairs: [pair for pair in pairs if pair[0] != "host"]  # noqa: E731
+    assert without_host(forwarded["headers"]) == without_host(direct["headers"])
+    assert dict(forwarded["headers"])["host"] == f"127.0.0.1:{b.port}"
+
+
+async def test_private_socket_request_is_handled_locally(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    connector = aiohttp.UnixConnector(socket_path(b.server.socket_dir, b.server.worker_id))
+    async with aiohttp.ClientSession(connector=connector) as private:
+        header = f"{a.server.session_cookie}={cookies[a.server.session_cookie]}"
+        async with private.post("http://worker/echo/x", headers={"Cookie": header}) as response:
+            assert (await response.json())["worker"] == b.server.worker_id
+
+
+async def test_session_of_a_worker_that_shut_down_gets_410(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    await a.stop()
+    assert not os.path.exists(socket_path(a.server.socket_dir, a.server.worker_id))
+    response = await caller.post(b, "/increment", cookies)
+    assert response.status == 410
+    detail = (await response.json())["detail"]
+    assert a.server.worker_id in detail and "gone" in detail
+
+
+async def test_session_of_a_crashed_worker_that_left_its_socket_file_gets_410(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2  # b now pools a connection to a
+    await a.stop()
+    leftover = socket.socket(socket.AF_UNIX)
+    leftover.bind(socket_path(a.server.socket_dir, a.server.worker_id))  # a file nobody listens on
+    leftover.close()
+    try:
+        response = await caller.post(b, "/increment", cookies)
+        assert response.status == 410
+        assert a.server.worker_id in (await response.json())["detail"]
+    finally:
+        os.unlink(socket_path(a.server.socket_dir, a.server.worker_id))
+
+
+async def test_cookie_minted_before_a_restart_gets_410():
+    name = f"echo_{uuid.uuid4().hex[:8]}"
+    before = await Worker(name, 2, tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")).start()
+    caller = Caller()
+    try:
+        cookies = await new_session(caller, before)
+        await before.stop()
+        after = await Worker(name, 2, tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")).start()
+        try:
+            response = await caller.post(after, "/increment", cookies)
+            assert response.status == 410
+        finally:
+            await after.stop()
+    finally:
+        await caller.close()
+
+
+async def test_badly_signed_cookie_is_handled_locally(pair):
+    a, b, caller = pair
+    forged = signed_session("not the secret", {SESSION_ID_KEY: "x", OWNER_KEY: a.server.worker_id})
+    response = await caller.post(b, "/echo/x", {a.server.session_cookie: forged})
+    body = await response.json()
+    assert body["worker"] == b.server.worker_id
+    assert body["session_id"] != "x"
+
+
+async def test_garbage_cookie_is_handled_locally(pair):
+    a, b, caller = pair
+    response = await caller.post(b, "/echo/x", {a.server.session_cookie: "%%%garbage"})
+    assert response.status == 200
+    assert (await response.json())["worker"] == b.server.worker_id
+
+
+async def test_single_worker_cookie_is_adopted(pair):
+    a, b, caller = pair
+    cookie = signed_session(a.server.secret, {SESSION_ID_KEY: "from-one-worker"})
+    response = await caller.post(b, "/echo/x", {a.server.session_cookie: cookie})
+    body = await response.json()
+    assert body["worker"] == b.server.worker_id
+    assert body["session_id"] == "from-one-worker"
+    stamped = {key: morsel.value for key, morsel in response.cookies.items()}
+    assert session_of(b.server.secret, stamped[b.server.session_cookie]) == {
+        SESSION_ID_KEY: "from-one-worker",
+        OWNER_KEY: b.server.worker_id,
+    }
+
+
+async def test_single_worker_server_has_no_routing():
+    worker = await Worker(f"echo_{uuid.uuid4().hex[:8]}", 1, None).start()
+    caller = Caller()
+    try:
+        assert worker.server.worker_id is None and worker.server.socket_dir is None
+        response = await caller.post(worker, "/echo/x")
+        cookies = {key: morsel.value for key, morsel in response.cookies.items()}
+        assert OWNER_KEY not in session_of(worker.server.secret, cookies[worker.server.session_cookie])
+        names = {type(middleware.cls).__name__ if not isinstance(middleware.cls, type) else middleware.cls.__name__ for middleware in worker.uvicorn.config.app.user_middleware}
+        assert "SessionRouter" not in names and "CancelOnDisconnect" not in names
+    finally:
+        await caller.close()
+        await worker.stop()
+
+
+async def test_routing_switched_off_in_the_config_installs_nothing():
+    worker = await Worker(f"echo_{uuid.uuid4().hex[:8]}", 4, None, route_sessions=False).start()
+    try:
+        assert worker.server.worker_id is None and worker.server.socket_dir is None
+    finally:
+        await worker.stop()
+
+
+async def test_streamed_request_body_and_streamed_reply_cross_the_hop_intact(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    payload = os.urandom(300_000)
+
+    async def chunks():
+        for start in range(0, len(payload), 7_000):
+            yield payload[start : start + 7_000]
+
+    response = await caller.post(b, "/stream", cookies, data=chunks())
+    assert response.status == 200
+    assert response.headers["x-worker"] == a.server.worker_id
+    assert response.headers.get("Transfer-Encoding") == "chunked"
+    assert await response.read() == payload
+
+
+async def test_caller_disconnect_cancels_the_owner_handler(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    session_id = session_of(a.server.secret, cookies[a.server.session_cookie])[SESSION_ID_KEY]
+    request = asyncio.ensure_future(caller.post(b, "/hang", cookies))
+    await asyncio.sleep(0.5)
+    request.cancel()  # the caller goes away mid-request
+    async with asyncio.timeout(10):
+        while session_id not in EchoServer.cancelled:
+            await asyncio.sleep(0.05)
+
+
+async def test_forged_owner_cannot_escape_the_socket_directory(pair):
+    a, b, caller = pair
+    outside = tempfile.mkdtemp(prefix="ngw-outside-", dir="/tmp")
+    for owner in ("../" + os.path.basename(outside) + "/x", "/tmp/x", "A" * 16, 42):
+        cookie = signed_session(a.server.secret, {SESSION_ID_KEY: "s", OWNER_KEY: owner})
+        response = await caller.post(b, "/echo/x", {a.server.session_cookie: cookie})
+        assert response.status == 400, owner
+        assert "owner" in (await response.json())["detail"]
+    assert os.listdir(outside) == []
+    os.rmdir(outside)
+
+
+async def test_caller_address_survives_the_hop(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    direct = await (await caller.post(a, "/echo/x", cookies)).json()
+    forwarded = await (await caller.post(b, "/echo/x", cookies)).json()
+    assert forwarded["worker"] == a.server.worker_id
+    assert forwarded["client"][0] == direct["client"][0] == "127.0.0.1"  # over the socket alone it would be None
+    assert "x-nemo-gym-client" not in dict(forwarded["headers"])
+
+
+async def test_client_address_header_from_the_public_port_is_stripped(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    spoof = {"X-NeMo-Gym-Client": "6.6.6.6:666"}
+    for worker in (a, b):
+        body = await (await caller.post(worker, "/echo/x", cookies, headers=spoof)).json()
+        assert body["client"][0] == "127.0.0.1"
+        assert "x-nemo-gym-client" not in dict(body["headers"])
+
+
+async def test_nothing_in_the_routing_grows_with_sessions_served(pair):
+    a, b, caller = pair
+    for _ in range(50):
+        cookies = await new_session(caller, a)
+        assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2
+    assert list(b.server.forwarder.sessions) == [a.server.worker_id]
+    assert a.server.forwarder.sessions == {}
+
+
+async def test_mcp_token_minted_on_one_worker_routes_a_cookieless_request_to_it(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    session_id = session_of(a.server.secret, cookies[a.server.session_cookie])[SESSION_ID_KEY]
+    token = mint_token(token_serializer(a.server.secret), session_id, a.server.worker_id)
+    response = await caller.post(b, "/mcp/echo", headers={TOKEN_HEADER: token})
+    assert response.status == 404  # no MCP endpoint on this server, but the owner answered
+    body = await (await caller.post(b, "/echo/x", headers={TOKEN_HEADER: token})).json()
+    assert body["worker"] == a.server.worker_id
+
+
+async def test_mcp_token_without_owner_is_handled_locally(pair):
+    a, b, caller = pair
+    token = mint_token(token_serializer(a.server.secret), "s", None)
+    body = await (await caller.post(b, "/echo/x", headers={TOKEN_HEADER: token})).json()
+    assert body["worker"] == b.server.worker_id
+
+
+async def test_badly_signed_mcp_token_is_handled_locally(pair):
+    a, b, caller = pair
+    token = mint_token(token_serializer("wrong secret"), "s", a.server.worker_id)
+    for bad in (token, "garbage"):
+        body = await (await caller.post(b, "/echo/x", headers={TOKEN_HEADER: bad})).json()
+        assert body["worker"] == b.server.worker_id
