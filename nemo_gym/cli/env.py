@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -49,15 +50,19 @@ def start(args: argparse.Namespace) -> int:
 
 
 def body_model(handler) -> type:
-    return inspect.signature(handler).parameters["body"].annotation
+    """The pydantic model of a handler's ``body`` parameter (string annotations resolved)."""
+    return inspect.signature(handler, eval_str=True).parameters["body"].annotation
 
 
-def check_example_data(name: str) -> int:
-    """Validate every row of the server's data/example.jsonl against its seed_session and verify models."""
+def check_example_data(name: str, path: str | Path | None = None) -> int:
+    """Validate every row of the server's data/example.jsonl (or ``path``) against its seed_session and verify models.
+
+    Prints each bad row with its number and returns how many there were.
+    """
     module = importlib.import_module(f"resources_servers.{name}.app")
     server_class = module.app.server_class
     seed_model, verify_model = body_model(server_class.seed_session), body_model(server_class.verify)
-    path = gym_config.REPO_ROOT / "resources_servers" / name / "data" / "example.jsonl"
+    path = Path(path) if path else gym_config.REPO_ROOT / "resources_servers" / name / "data" / "example.jsonl"
     problems = 0
     rows = read_rows(path)
     for number, row in enumerate(rows, 1):
