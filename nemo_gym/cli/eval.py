@@ -25,9 +25,7 @@ def pick_agent(instances: dict[str, Instance], requested: str | None) -> str:
     return agents[0]
 
 
-async def evaluate(instances: dict[str, Instance], args: argparse.Namespace) -> dict:
-    agent = pick_agent(instances, args.agent)
-    rows = read_rows(args.input, args.limit, args.num_repeats)
+async def evaluate(instances: dict[str, Instance], agent: str, rows: list[dict], args: argparse.Namespace) -> dict:
     client = ServerClient(instances)
     try:
         results = await run_episodes(client, agent, rows, args.concurrency)
@@ -44,10 +42,14 @@ async def evaluate(instances: dict[str, Instance], args: argparse.Namespace) -> 
 
 
 def run(args: argparse.Namespace) -> int:
+    """Everything that can be checked (the rows, the agent's name) is checked before any server starts."""
+    rows = read_rows(args.input, args.limit, args.num_repeats)
     if args.no_serve:
-        asyncio.run(evaluate(fetch_instances(args.head_url or f"http://127.0.0.1:{args.head_port}"), args))
+        instances = fetch_instances(args.head_url or f"http://127.0.0.1:{args.head_port}")
+        asyncio.run(evaluate(instances, pick_agent(instances, args.agent), rows, args))
         return 0
     instances = instances_from_args(args)
+    agent = pick_agent(instances, args.agent)
     with Launcher(instances, free_port()):
-        asyncio.run(evaluate(instances, args))
+        asyncio.run(evaluate(instances, agent, rows, args))
     return 0

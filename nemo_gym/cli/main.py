@@ -10,11 +10,22 @@ from nemo_gym.config import ConfigError
 from nemo_gym.head import DEFAULT_HEAD_PORT
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def add_server_options(parser: argparse.ArgumentParser) -> None:
     """Which servers to run: config files, or the shortcut for one environment's trio."""
     parser.add_argument("--config", action="append", default=[], help="YAML config file; repeat to merge (later wins)")
     parser.add_argument("--resources-server", help="shortcut: run this resources server with a simple_agent and a model")
-    parser.add_argument("--num-workers", type=int, default=1, help="workers of the resources server (shortcut only)")
+    parser.add_argument("--num-workers", type=positive_int, default=1, help="workers of the resources server (shortcut only)")
     parser.add_argument("--model-url", help="OpenAI-compatible base URL (shortcut only); default: the scripted backend")
     parser.add_argument("--model", help="model name to send to --model-url")
     parser.add_argument("--head-port", type=int, default=DEFAULT_HEAD_PORT, help="port of the head endpoint")
@@ -38,9 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--agent", help="agent instance name (default: the only agent in the config)")
     run.add_argument("--input", required=True, help="JSONL of task rows")
     run.add_argument("--output", required=True, help="JSONL to write rollouts to")
-    run.add_argument("--num-repeats", type=int, default=1)
-    run.add_argument("--limit", type=int, help="use only the first L rows")
-    run.add_argument("--concurrency", type=int, default=64)
+    run.add_argument("--num-repeats", type=positive_int, default=1)
+    run.add_argument("--limit", type=positive_int, help="use only the first L rows")
+    run.add_argument("--concurrency", type=positive_int, default=64)
     run.add_argument("--no-serve", action="store_true", help="use the servers of a running `gym env start`")
     run.add_argument("--head-url", help="head endpoint of that run (default: http://127.0.0.1:HEAD_PORT)")
     run.set_defaults(handler=eval_cli.run)
