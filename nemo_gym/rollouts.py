@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from tqdm import tqdm
 
 from nemo_gym.client import ServerClient
@@ -32,8 +33,15 @@ def read_rows(path: str | Path, limit: int | None = None, num_repeats: int = 1) 
 
 
 async def run_episode(client: ServerClient, agent: str, row: dict[str, Any]) -> dict[str, Any]:
-    """One episode through ``/run``. A failed episode is recorded with reward 0.0 and its error."""
-    reply = await client.post(agent, "/run", json=row)
+    """One episode through ``/run``. A failed episode is recorded with reward 0.0 and its error.
+
+    An agent that cannot be reached (refused, reset, timed out) is such a failure too, with status
+    None, so one lost connection costs one episode, not the whole run.
+    """
+    try:
+        reply = await client.post(agent, "/run", json=row)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as error:
+        return {**row, "reward": 0.0, "error": {"status": None, "detail": f"{agent}/run: {type(error).__name__}: {error}"}}
     if reply.ok and isinstance(reply.body, dict):
         return reply.body
     return {**row, "reward": 0.0, "error": {"status": reply.status, "detail": reply.text}}
