@@ -1,0 +1,48 @@
+"""legacy_agent: accept ``/run`` (and ``/v1/responses``) from older callers and relay it to a configured downstream agent.
+
+The caller's cookies go down with the request and the downstream's ``Set-Cookie`` come back up, so
+the session chain (relay -> agent -> resources server) holds through the extra hop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aiohttp
+from fastapi import HTTPException, Request, Response as HTTPResponse
+
+from nemo_gym.base_responses_api_agent import BaseRunRequest, SimpleResponsesAPIAgent
+from nemo_gym.config import ServerRef
+from nemo_gym.openai_types import ResponseCreateParams
+from nemo_gym.server import ServerApp, set_cookies
+from responses_api_agents.simple_agent.app import checked
+
+
+class LegacyAgentConfig(SimpleResponsesAPIAgent.config_class):
+    downstream_agent: ServerRef
+
+
+class LegacyAgent(SimpleResponsesAPIAgent):
+    config_class = LegacyAgentConfig
+    config: LegacyAgentConfig
+    # The relay keeps no state of its own: any worker can relay any request.
+    route_sessions = False
+
+    async def run(self, request: Request, response: HTTPResponse, body: BaseRunRequest) -> dict[str, Any]:
+        return await self.relay("/run", request, response)
+
+    async def responses(self, request: Request, response: HTTPResponse, body: ResponseCreateParams) -> dict[str, Any]:
+        return await self.relay("/v1/responses", request, response)
+
+    async def relay(self, path: str, request: Request, response: HTTPResponse) -> Any:
+        """Send the caller's JSON body and cookies downstream; hand back its body and its cookies."""
+        downstream = self.config.downstream_agent.name
+        try:
+            reply = await self.server_client.post(downstream, path, json=await request.json(), cookies=dict(request.cookies))
+        except aiohttp.ClientError as error:
+            raise HTTPException(502, f"{downstream}{path} is unreachable: {error}") from None
+        set_cookies(response, checked(reply, f"{downstream}{path}").cookies)
+        return reply.body
+
+
+app = ServerApp(LegacyAgent)
