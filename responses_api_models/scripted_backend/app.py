@@ -96,3 +96,68 @@ class ScriptedBackend(SimpleServer):
 
 
 app = ServerApp(ScriptedBackend)
+
+
+# The fixed version of each swe_rebench task's buggy file, keyed by the file the task names.
+SWE_REBENCH_FIXES: dict[str, str] = {
+    "bounds.py": '''"""Keep numbers inside a range."""
+
+
+def clamp(value, low, high):
+    """Return ``value`` limited to the closed range [low, high]."""
+    if value < low:
+        return low
+    if value > high:
+        return high
+    return value
+''',
+    "slugs.py": '''"""Turn titles into URL slugs."""
+
+import re
+
+
+def slugify(title):
+    """'Hello, World!' -> 'hello-world': the words of letters and digits, in lower case, joined by '-'."""
+    words = re.findall(r"[A-Za-z0-9]+", title)
+    return "-".join(words).lower()
+''',
+    "averages.py": '''"""Averages of lists of numbers."""
+
+
+def mean(values):
+    """The arithmetic mean of a non-empty list of numbers."""
+    return sum(values) / len(values)
+''',
+    "spans.py": '''"""Closed intervals given as (start, end) pairs."""
+
+
+def overlaps(first, second):
+    """Whether two closed intervals share at least one point (touching ends count)."""
+    return first[0] <= second[1] and second[0] <= first[1]
+''',
+    "fizzbuzz.py": '''"""The counting game."""
+
+
+def fizzbuzz(number):
+    """'Fizz' for multiples of 3, 'Buzz' for multiples of 5, 'FizzBuzz' for multiples of both, else the number."""
+    if number % 15 == 0:
+        return "FizzBuzz"
+    if number % 3 == 0:
+        return "Fizz"
+    if number % 5 == 0:
+        return "Buzz"
+    return str(number)
+''',
+}
+
+
+def swe_rebench_playbook(task: str) -> list[ToolStep] | None:
+    """'Fix the bug ... in your sandbox ... `bounds.py` ...' -> read the file, write the fixed one, run the tests."""
+    named = re.search(r"`(\w+\.py)`", task)
+    if "in your sandbox" not in task or named is None or named.group(1) not in SWE_REBENCH_FIXES:
+        return None
+    path = named.group(1)
+    return [("read_file", {"path": path}), ("write_file", {"path": path, "content": SWE_REBENCH_FIXES[path]}), ("run_tests", {})]
+
+
+PLAYBOOKS.append(swe_rebench_playbook)

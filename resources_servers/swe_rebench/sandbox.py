@@ -1,0 +1,184 @@
+"""Sandboxes: a task's repository in its own temp directory, and bounded subprocesses that run inside it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+READ_CHUNK = 65536
+GIT_IDENTITY = {
+    "GIT_AUTHOR_NAME": "NeMo Gym",
+    "GIT_AUTHOR_EMAIL": "swe_rebench@nemo-gym.invalid",
+    "GIT_COMMITTER_NAME": "NeMo Gym",
+    "GIT_COMMITTER_EMAIL": "swe_rebench@nemo-gym.invalid",
+}
+# One shell line for the seed commit, so a seed costs one process spawn from the event loop.
+SEED_SCRIPT = (
+    "git -c init.defaultBranch=main init -q"
+    " && printf '__pycache__/\\n*.pyc\\n' >> .git/info/exclude"
+    " && git add -A && git commit -q -m 'Task repository as seeded' && git rev-parse HEAD"
+)
+# The patch is every change since the seed commit, new files included.
+PATCH_SCRIPT = 'git add -A && git diff --cached --binary "$1"'
+# Hidden tests run with only the standard library and the patched repository on the path, the
+# repository last, so a patch cannot put its own `unittest` (or any stdlib module) in the grader's way.
+HIDDEN_TEST_RUNNER = """
+import sys, unittest
+repo, hidden = sys.argv[1:3]
+sys.path.append(repo)
+result = unittest.TextTestRunner(stream=sys.stdout).run(unittest.defaultTestLoader.discover(hidden, top_level_dir=hidden))
+sys.exit(0 if result.wasSuccessful() and result.testsRun else 1)
+"""
+
+
+class PathError(ValueError):
+    """A path argument that is empty or would lead outside the sandbox."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task shipped in ``data/tasks/<task_id>/``: ``repo/`` is what the model sees, ``hidden/`` grades it."""
+
+    task_id: str
+    repo: Path
+    hidden_tests: Path
+
+
+def load_tasks(tasks_dir: Path) -> dict[str, Task]:
+    tasks = {
+        path.name: Task(path.name, path / "repo", path / "hidden")
+        for path in sorted(tasks_dir.iterdir())
+        if (path / "repo").is_dir() and (path / "hidden").is_dir()
+    }
+    if not tasks:
+        raise ValueError(f"no tasks (directories with repo/ and hidden/) in {tasks_dir}")
+    return tasks
+
+
+@dataclass
+class Sandbox:
+    """One session's temp directory: ``repo/`` is the working copy the tools act on; grading happens beside it."""
+
+    task: Task
+    root: Path
+    base_commit: str = ""
+
+    @classmethod
+    def make(cls, task: Task, parent: Path) -> "Sandbox":
+        return cls(task, Path(tempfile.mkdtemp(prefix="swe_rebench-", dir=parent)).resolve())
+
+    @property
+    def repo(self) -> Path:
+        return self.root / "repo"
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def resolve_inside(root: Path, path: str) -> Path:
+    """``path`` taken relative to ``root`` (a resolved directory), refused when it could lead outside."""
+    if not path.strip():
+        raise PathError("the path is empty; give a path relative to the repository root")
+    if "\0" in path:
+        raise PathError(f"{path!r} contains a NUL byte")
+    relative = PurePosixPath(path)
+    if relative.is_absolute():
+        raise PathError(f"{path!r} is an absolute path; give a path relative to the repository root")
+    if ".." in relative.parts:
+        raise PathError(f"{path!r} goes up with '..'; paths must stay inside the repository")
+    try:
+        resolved = (root / relative).resolve()
+    except (OSError, RuntimeError) as error:
+        raise PathError(f"{path!r} cannot be resolved: {error}") from None
+    if not resolved.is_relative_to(root):
+        raise PathError(f"{path!r} leads outside the repository through a symlink (to {resolved})")
+    return resolved
+
+
+def sandbox_env(sandbox_root: Path) -> dict[str, str]:
+    """A clean environment: this Python first on PATH, git with a fixed identity and no user config."""
+    python_bin = os.path.dirname(sys.executable)
+    return {
+        "PATH": os.pathsep.join([python_bin, os.environ.get("PATH", os.defpath)]),
+        "HOME": str(sandbox_root),
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        # git must never find a repository above the sandbox (the grading copy has none of its own).
+        "GIT_CEILING_DIRECTORIES": str(sandbox_root),
+        **GIT_IDENTITY,
+    }
+
+
+@dataclass
+class ProcessResult:
+    exit_code: int | None
+    output: str
+    truncated: bool
+    timed_out: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+async def run_process(
+    argv: list[str], cwd: Path, env: dict[str, str], timeout: float, max_output: int, stdin: bytes | None = None
+) -> ProcessResult:
+    """Run ``argv`` in its own process group; stdout and stderr together, the first ``max_output`` bytes kept.
+
+    Output past the cap is read and dropped, so the process never stalls on a full pipe. At the
+    timeout, or when the caller is cancelled, the whole group is killed (background children too).
+    """
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=cwd,
+        env=env,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    kept = bytearray()
+    dropped = 0
+
+    async def communicate() -> None:
+        nonlocal dropped
+        if stdin is not None:
+            try:
+                process.stdin.write(stdin)
+                await process.stdin.drain()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            process.stdin.close()
+        while chunk := await process.stdout.read(READ_CHUNK):
+            room = max(0, max_output - len(kept))
+            kept.extend(chunk[:room])
+            dropped += len(chunk) - min(room, len(chunk))
+        await process.wait()
+
+    timed_out = False
+    try:
+        await asyncio.wait_for(communicate(), timeout)
+    except TimeoutError:
+        timed_out = True
+    finally:
+        kill_group(process.pid)
+        if process.returncode is None:
+            await asyncio.shield(process.wait())
+    output = kept.decode("utf-8", errors="replace")
+    return ProcessResult(None if timed_out else process.returncode, output, dropped > 0, timed_out)
+
+
+def kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
