@@ -1,0 +1,60 @@
+"""memory_agent: remembers each session's conversation, so the next ``/v1/responses`` call continues it.
+
+A caller sends only what is new in each turn (a user message, or the outputs of the function calls the
+model asked for last turn); the agent puts it after everything the session said and heard before,
+asks the model, and remembers the model's output too. The memory is a dict keyed by
+``request.session["session_id"]`` in this worker's memory, the state that session routing keeps
+reachable at any number of workers.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from fastapi import HTTPException, Request, Response as HTTPResponse
+from pydantic import Field
+
+from nemo_gym import SESSION_ID_KEY
+from nemo_gym.base_responses_api_agent import BaseRunRequest, SimpleResponsesAPIAgent
+from nemo_gym.config import ServerRef
+from nemo_gym.openai_types import InputItem, Response, ResponseCreateParams
+from nemo_gym.server import ServerApp
+from responses_api_agents.simple_agent.app import checked
+
+
+class MemoryAgentConfig(SimpleResponsesAPIAgent.config_class):
+    model_server: ServerRef
+    # Conversations kept per worker; past this, the one used least recently is forgotten.
+    max_sessions: int = Field(10_000, gt=0)
+
+
+class MemoryAgent(SimpleResponsesAPIAgent):
+    config_class = MemoryAgentConfig
+    config: MemoryAgentConfig
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.conversations: OrderedDict[str, list[InputItem]] = OrderedDict()
+
+    async def responses(self, request: Request, response: HTTPResponse, body: ResponseCreateParams) -> Response:
+        session_id = request.session[SESSION_ID_KEY]
+        conversation = [*self.conversations.get(session_id, []), *body.input_items()]
+        step = body.model_copy(update={"input": conversation})
+        model = self.config.model_server.name
+        reply = await self.server_client.post(model, "/v1/responses", json=step.model_dump(exclude_none=True))
+        model_response = Response.model_validate(checked(reply, f"{model}/v1/responses").body)
+        self.remember(session_id, conversation + model_response.output)
+        return model_response
+
+    def remember(self, session_id: str, conversation: list[InputItem]) -> None:
+        self.conversations[session_id] = conversation
+        self.conversations.move_to_end(session_id)
+        while len(self.conversations) > self.config.max_sessions:
+            self.conversations.popitem(last=False)
+
+    async def run(self, request: Request, response: HTTPResponse, body: BaseRunRequest) -> dict[str, Any]:
+        raise HTTPException(501, f"{self.name} has no environment to run episodes in; hold a conversation through /v1/responses")
+
+
+app = ServerApp(MemoryAgent)
