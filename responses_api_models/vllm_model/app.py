@@ -8,6 +8,7 @@ from typing import Any
 
 import aiohttp
 from fastapi import HTTPException, Request
+from pydantic import Field, ValidationInfo, field_validator
 
 from nemo_gym.base_responses_api_model import SimpleResponsesAPIModel
 from nemo_gym.config import ServerRef
@@ -24,11 +25,24 @@ from nemo_gym.server import ServerApp
 
 
 class VLLMModelConfig(SimpleResponsesAPIModel.config_class):
+    """Where the chat completions backend is: ``base_url`` (any OpenAI-compatible server) or ``backend_server``."""
+
     base_url: str | None = None
-    backend_server: ServerRef | None = None
+    # Validated even when absent, so a config that names neither backend is an error at load time.
+    backend_server: ServerRef | None = Field(default=None, validate_default=True)
     model: str = "default"
     api_key: str | None = None
-    timeout_seconds: float = 120.0
+    timeout_seconds: float = Field(default=120.0, gt=0)
+
+    @field_validator("backend_server")
+    @classmethod
+    def exactly_one_backend(cls, backend_server: ServerRef | None, info: ValidationInfo) -> ServerRef | None:
+        if (backend_server is None) == (info.data.get("base_url") is None):
+            raise ValueError(
+                "give exactly one of base_url (an OpenAI-compatible URL) and backend_server (a ref to a model server);"
+                " a later config file can drop the other by setting it to null"
+            )
+        return backend_server
 
 
 class BackendError(ValueError):
@@ -106,7 +120,8 @@ class VLLMModel(SimpleResponsesAPIModel):
             async with self.server_client.session().post(
                 url, json=to_chat_request(body, self.config.model), headers=headers, timeout=timeout
             ) as reply:
-                text = await reply.text()
+                # Bytes that are not UTF-8 are garbage like any other: decoded leniently, refused as JSON below.
+                text = (await reply.read()).decode("utf-8", errors="replace")
         except (asyncio.TimeoutError, TimeoutError):
             raise HTTPException(504, f"model backend {url} did not answer within {self.config.timeout_seconds} s") from None
         except aiohttp.ClientError as error:

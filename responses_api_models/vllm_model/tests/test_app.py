@@ -1,0 +1,331 @@
+"""vllm_model: Responses API <-> chat completions, and a clear 502/504 for a backend that fails."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response as RawResponse
+
+from nemo_gym import config as gym_config
+from nemo_gym.client import ServerClient
+from nemo_gym.config import ConfigError, Instance, free_port
+from nemo_gym.openai_types import (
+    FunctionCallOutput,
+    ResponseCreateParams,
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+)
+from responses_api_models.vllm_model.app import BackendError, VLLMModel, from_chat_response, to_chat_request
+from tests.unit_tests.in_process_server import serving
+
+MODEL = "policy"
+TOOL = {
+    "type": "function",
+    "name": "increment_counter",
+    "description": "Add `count` to the counter.",
+    "parameters": {"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]},
+    "strict": True,
+}
+
+
+def completion(message: dict) -> dict:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "served-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+
+
+# --- translation -----------------------------------------------------------------------------------
+
+
+def test_instructions_become_a_system_message_and_string_input_a_user_message():
+    request = to_chat_request(ResponseCreateParams(input="Add 1.", instructions="Use the tools."), "m")
+    assert request == {
+        "model": "m",
+        "messages": [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": "Add 1."}],
+    }
+
+
+def test_input_messages_keep_their_roles_and_text():
+    body = ResponseCreateParams.model_validate(
+        {
+            "input": [
+                {"role": "developer", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "input_text", "text": "Add "}, {"type": "input_text", "text": "1."}]},
+                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sure."}]},
+            ]
+        }
+    )
+    assert to_chat_request(body, "m")["messages"] == [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": "Add 1."},
+        {"role": "assistant", "content": "Sure."},
+    ]
+
+
+def test_function_calls_and_outputs_become_tool_calls_and_tool_messages():
+    body = ResponseCreateParams.model_validate(
+        {
+            "input": [
+                {"role": "user", "content": "Add 1 then 2."},
+                {"type": "function_call", "call_id": "call_a", "name": "increment_counter", "arguments": '{"count": 1}'},
+                {"type": "function_call_output", "call_id": "call_a", "output": '{"success": true}'},
+            ]
+        }
+    )
+    assert to_chat_request(body, "m")["messages"][1:] == [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "increment_counter", "arguments": '{"count": 1}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_a", "content": '{"success": true}'},
+    ]
+
+
+def test_consecutive_function_calls_merge_into_one_assistant_message():
+    body = ResponseCreateParams(
+        input=[
+            ResponseOutputMessage.model_validate({"content": [{"text": "Two calls:"}]}),
+            ResponseFunctionToolCall(call_id="call_a", name="increment_counter", arguments='{"count": 1}'),
+            ResponseFunctionToolCall(call_id="call_b", name="increment_counter", arguments='{"count": 2}'),
+            FunctionCallOutput(call_id="call_a", output="ok a"),
+            FunctionCallOutput(call_id="call_b", output="ok b"),
+        ]
+    )
+    messages = to_chat_request(body, "m")["messages"]
+    assert [message["role"] for message in messages] == ["assistant", "tool", "tool"]
+    assert messages[0]["content"] == "Two calls:"
+    assert [call["id"] for call in messages[0]["tool_calls"]] == ["call_a", "call_b"]
+    assert [(message["tool_call_id"], message["content"]) for message in messages[1:]] == [("call_a", "ok a"), ("call_b", "ok b")]
+
+
+def test_tools_and_sampling_options_translate_to_chat_completions_fields():
+    body = ResponseCreateParams.model_validate(
+        {
+            "input": "hi",
+            "model": "asked-for",
+            "tools": [TOOL],
+            "tool_choice": "required",
+            "parallel_tool_calls": False,
+            "temperature": 0.2,
+            "top_p": 0.9,
+            "max_output_tokens": 64,
+        }
+    )
+    request = to_chat_request(body, "configured")
+    assert request["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "increment_counter",
+                "description": "Add `count` to the counter.",
+                "parameters": TOOL["parameters"],
+                "strict": True,
+            },
+        }
+    ]
+    assert {key: request[key] for key in ("model", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "max_tokens")} == {
+        "model": "asked-for",
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "max_tokens": 64,
+    }
+
+
+def test_a_completion_message_becomes_an_output_message():
+    response = from_chat_response(completion({"role": "assistant", "content": "The count is 3."}), "m")
+    [message] = response.output
+    assert isinstance(message, ResponseOutputMessage)
+    assert response.output_text == "The count is 3."
+    assert response.model == "served-model"
+    assert response.usage == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+
+
+def test_completion_tool_calls_become_function_calls_after_any_text():
+    calls = [
+        {"id": "call_a", "type": "function", "function": {"name": "increment_counter", "arguments": '{"count": 1}'}},
+        {"id": "call_b", "type": "function", "function": {"name": "get_counter_value", "arguments": "{}"}},
+    ]
+    response = from_chat_response(completion({"role": "assistant", "content": "Calling.", "tool_calls": calls}), "m")
+    message, first, second = response.output
+    assert isinstance(message, ResponseOutputMessage) and message.text == "Calling."
+    assert (first.call_id, first.name, first.arguments) == ("call_a", "increment_counter", '{"count": 1}')
+    assert (second.call_id, second.name, second.arguments) == ("call_b", "get_counter_value", "{}")
+
+
+def test_a_conversation_survives_the_round_trip_through_chat_completions():
+    """What the model answered, sent back as input, is the assistant turn the backend produced."""
+    calls = [{"id": "call_a", "type": "function", "function": {"name": "increment_counter", "arguments": '{"count": 1}'}}]
+    response = from_chat_response(completion({"role": "assistant", "content": None, "tool_calls": calls}), "m")
+    body = ResponseCreateParams(input=[*response.output, FunctionCallOutput(call_id="call_a", output="ok")])
+    assert to_chat_request(body, "m")["messages"] == [
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "call_a", "content": "ok"},
+    ]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [{"error": "overloaded"}, {"choices": []}, {"choices": [{"message": "text"}]}, ["not", "an", "object"], None],
+)
+def test_anything_but_a_chat_completion_is_a_backend_error(data):
+    with pytest.raises(BackendError, match="not a chat completion"):
+        from_chat_response(data, "m")
+
+
+# --- config ----------------------------------------------------------------------------------------
+
+
+def model_config(**settings) -> dict:
+    return {MODEL: {"responses_api_models": {"vllm_model": settings}}}
+
+
+def test_a_config_with_neither_base_url_nor_backend_server_is_refused_naming_the_key():
+    instances = gym_config.parse(model_config(model="m"), {MODEL: "policy.yaml"})
+    with pytest.raises(ConfigError, match="^policy.yaml: policy.responses_api_models.vllm_model.backend_server: .*base_url"):
+        gym_config.check_settings(instances)
+
+
+def test_a_later_config_file_can_swap_backend_server_for_base_url(tmp_path):
+    example = gym_config.REPO_ROOT / "resources_servers" / "example_session_state_mgmt" / "configs" / "example_session_state_mgmt.yaml"
+    overlay = tmp_path / "real_model.yaml"
+    overlay.write_text("policy_model:\n  responses_api_models:\n    vllm_model:\n      base_url: http://127.0.0.1:8000/v1\n      backend_server: null\n")
+    settings = gym_config.load([example, overlay])["policy_model"].settings
+    assert (settings["base_url"], settings["backend_server"]) == ("http://127.0.0.1:8000/v1", None)
+
+
+def test_a_config_with_both_base_url_and_backend_server_is_refused_naming_the_key():
+    data = model_config(base_url="http://127.0.0.1:9/v1", backend_server={"type": "responses_api_models", "name": "other"})
+    data["other"] = {"responses_api_models": {"scripted_backend": {}}}
+    instances = gym_config.parse(data, {MODEL: "policy.yaml"})
+    with pytest.raises(ConfigError, match="^policy.yaml: policy.responses_api_models.vllm_model.backend_server: "):
+        gym_config.check_settings(instances)
+
+
+# --- a real model server in front of backends that misbehave ---------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def model_server(base_url: str, **settings) -> AsyncIterator[ServerClient]:
+    """The vllm_model server on a free port in front of ``base_url``; yields a client that reaches it."""
+    port = free_port()
+    config = {"host": "127.0.0.1", "port": port, "base_url": base_url, "model": "m", "timeout_seconds": 0.5, **settings}
+    instances = {MODEL: Instance(MODEL, "responses_api_models", "vllm_model", {"entrypoint": "app.py", "num_workers": 1, **config})}
+    client = ServerClient(instances)
+    try:
+        async with serving(VLLMModel(MODEL, instances).build_app(), port):
+            yield client
+    finally:
+        await client.close()
+
+
+def backend(reply: RawResponse | None = None) -> tuple[FastAPI, list[dict]]:
+    """A chat completions backend that records each request; answers ``reply`` or a plain completion."""
+    app = FastAPI()
+    seen: list[dict] = []
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> RawResponse:
+        seen.append({"body": await request.json(), "authorization": request.headers.get("authorization")})
+        return reply or JSONResponse(completion({"role": "assistant", "content": "Hello."}))
+
+    return app, seen
+
+
+async def ask(client: ServerClient, body: dict | None = None):
+    return await client.post(MODEL, "/v1/responses", json=body or {"input": "hi", "tools": [TOOL]})
+
+
+@pytest.mark.anyio
+async def test_a_request_reaches_the_backend_translated_and_the_answer_comes_back():
+    app, seen = backend()
+    async with serving(app) as url, model_server(f"{url}/v1/", api_key="sk-test") as client:
+        reply = await ask(client, {"input": "hi", "instructions": "Be nice.", "tools": [TOOL]})
+    assert reply.status == 200, reply.text
+    assert reply.body["output"][0]["content"][0]["text"] == "Hello."
+    [request] = seen
+    assert request["authorization"] == "Bearer sk-test"
+    assert request["body"]["model"] == "m"
+    assert request["body"]["messages"] == [{"role": "system", "content": "Be nice."}, {"role": "user", "content": "hi"}]
+    assert request["body"]["tools"][0]["function"]["name"] == "increment_counter"
+
+
+@pytest.mark.anyio
+async def test_a_backend_that_is_down_gives_502_saying_it_is_unreachable():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    async with model_server(url) as client:
+        reply = await ask(client)
+    assert reply.status == 502
+    assert reply.body["detail"].startswith(f"model backend {url}/chat/completions is unreachable")
+
+
+@pytest.mark.anyio
+async def test_a_backend_that_answers_text_that_is_not_json_gives_502():
+    app, _ = backend(RawResponse("<html>Bad gateway</html>", media_type="text/html"))
+    async with serving(app) as url, model_server(f"{url}/v1") as client:
+        reply = await ask(client)
+    assert reply.status == 502
+    assert "answered garbage" in reply.body["detail"]
+
+
+@pytest.mark.anyio
+async def test_a_backend_that_answers_bytes_that_are_not_text_gives_502():
+    app, _ = backend(RawResponse(b"\xff\xfe\x00garbage\x80", media_type="application/json"))
+    async with serving(app) as url, model_server(f"{url}/v1") as client:
+        reply = await ask(client)
+    assert reply.status == 502
+    assert "answered garbage" in reply.body["detail"]
+
+
+@pytest.mark.anyio
+async def test_a_backend_that_answers_json_without_choices_gives_502():
+    app, _ = backend(JSONResponse({"object": "error", "message": "model not loaded"}))
+    async with serving(app) as url, model_server(f"{url}/v1") as client:
+        reply = await ask(client)
+    assert reply.status == 502
+    assert "not a chat completion" in reply.body["detail"]
+    assert "model not loaded" in reply.body["detail"]
+
+
+@pytest.mark.anyio
+async def test_a_backend_that_answers_an_error_status_gives_502_with_its_status_and_text():
+    app, _ = backend(JSONResponse({"message": "out of memory"}, status_code=500))
+    async with serving(app) as url, model_server(f"{url}/v1") as client:
+        reply = await ask(client)
+    assert reply.status == 502
+    assert "answered 500" in reply.body["detail"] and "out of memory" in reply.body["detail"]
+
+
+@pytest.mark.anyio
+async def test_a_backend_that_never_answers_gives_504_after_timeout_seconds():
+    connections: list[asyncio.StreamWriter] = []
+
+    async def accept_and_stay_silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(writer)
+        await reader.read()  # until the model server gives up and closes
+
+    silent = await asyncio.start_server(accept_and_stay_silent, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    try:
+        async with model_server(f"http://127.0.0.1:{port}/v1", timeout_seconds=0.5) as client:
+            reply = await ask(client)
+    finally:
+        for writer in connections:
+            writer.close()
+        silent.close()
+        await silent.wait_closed()
+    assert connections, "the model server never reached the backend"
+    assert reply.status == 504
+    assert reply.body["detail"] == f"model backend http://127.0.0.1:{port}/v1/chat/completions did not answer within 0.5 s"
