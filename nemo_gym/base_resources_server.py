@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict
+from starlette.routing import BaseRoute
 
+from nemo_gym.mcp_tools import McpToolEndpoint, SeedSessionMcpMetadata, default_tool_routes
 from nemo_gym.openai_types import Response, ResponseCreateParams
 from nemo_gym.server import SimpleServer
+from nemo_gym.session_token import mint_token, token_serializer
 
 
 class BaseResourcesServerConfig(SimpleServer.config_class):
-    pass
+    # Serve the server's own POST /<tool> routes as MCP tools at /mcp; /seed_session then mints the token.
+    expose_tools_over_mcp: bool = False
 
 
 class BaseSeedSessionRequest(BaseModel):
@@ -62,12 +68,49 @@ class SimpleResourcesServer(SimpleServer):
     config_class = BaseResourcesServerConfig
     route_sessions = True
 
+    # The /mcp endpoint, when the config exposes the tools over MCP.
+    mcp_endpoint: McpToolEndpoint | None = None
+
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/seed_session")(self.seed_session)
         app.post("/verify")(self.verify)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
+        # --- MCP exposure (nemo_gym.mcp_tools): the /mcp endpoint and the token in /seed_session replies.
+        if self.config.expose_tools_over_mcp:
+            serializer = token_serializer(self.secret)
+            self.mcp_endpoint = McpToolEndpoint(self.name, serializer, self.session_cookie, self.config.host)
+            self.mcp_endpoint.mount(app)
+            # Added here, before build_app's session middlewares, so it sits inside them and sees the session.
+            app.add_middleware(
+                SeedSessionMcpMetadata,
+                server_name=self.name,
+                mint=lambda session_id: mint_token(serializer, session_id, self.worker_id),
+            )
         return app
+
+    def mcp_tool_routes(self, app: FastAPI) -> list[BaseRoute]:
+        """The routes served as MCP tools when ``expose_tools_over_mcp`` is on.
+
+        By default every route the server registered except ``GET /`` and the framework's
+        ``seed_session``, ``verify`` and ``aggregate_metrics``. Override it to leave routes out or to
+        pick a few. Each route returned must be a ``POST /<name>`` whose input is one pydantic body (the
+        tool's input schema; its docstring is the description), or the server fails at start-up.
+        """
+        return default_tool_routes(app)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        if self.mcp_endpoint is None:
+            async with super().lifespan(app):
+                yield
+            return
+        # All routes are registered by now; one that cannot be a tool stops the start-up, named.
+        self.mcp_endpoint.serve(app, self.mcp_tool_routes(app))
+        # The endpoint runs before the base lifespan opens the private socket, and stops after it closes.
+        async with self.mcp_endpoint.run(), super().lifespan(app):
+            yield
+        # --- end of MCP exposure
 
     async def seed_session(self, request: Request, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
         return BaseSeedSessionResponse()
