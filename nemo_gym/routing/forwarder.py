@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
 
@@ -116,16 +115,15 @@ class Exchange:
         self.caller_left = False
 
     async def run(self, connect: Callable[[], aiohttp.ClientSession]) -> None:
-        relay = asyncio.ensure_future(self.relay(connect))
-        watcher = asyncio.ensure_future(self.wait_for_disconnect())
+        watcher = asyncio.ensure_future(self.cancel_when_caller_leaves(asyncio.current_task()))
         try:
-            await asyncio.wait((relay, watcher), return_when=asyncio.FIRST_COMPLETED)
+            await self.relay(connect)
+        except asyncio.CancelledError:
+            if not self.caller_left:
+                raise
+            asyncio.current_task().uncancel()
         finally:
             watcher.cancel()
-            if not relay.done() and not self.finished:
-                relay.cancel()  # the caller left: closing the connection makes the owner cancel its handler
-        with contextlib.suppress(asyncio.CancelledError):
-            await relay
 
     async def relay(self, connect: Callable[[], aiohttp.ClientSession]) -> None:
         scope = self.scope
@@ -158,7 +156,11 @@ class Exchange:
                 break
         self.body_sent.set()
 
-    async def wait_for_disconnect(self) -> None:
+    async def cancel_when_caller_leaves(self, relaying: asyncio.Task) -> None:
+        """Cancelling the relay closes the connection to the owner, which then cancels its handler."""
         await self.body_sent.wait()
         while (await self.receive())["type"] != "http.disconnect":
             pass
+        if not self.finished:
+            self.caller_left = True
+            relaying.cancel()

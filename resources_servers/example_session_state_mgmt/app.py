@@ -61,11 +61,13 @@ class CounterServer(SimpleResourcesServer):
         return BaseSeedSessionResponse()
 
     async def increment_counter(self, request: Request, body: IncrementCounterRequest) -> IncrementCounterResponse:
+        """Add `count` to this session's counter."""
         session_id = request.session[SESSION_ID_KEY]
         self.counters[session_id] = self.counters.get(session_id, 0) + body.count
         return IncrementCounterResponse(success=True)
 
     async def get_counter_value(self, request: Request, body: GetCounterValueRequest) -> GetCounterValueResponse:
+        """Read this session's counter."""
         return GetCounterValueResponse(count=self.counters.get(request.session[SESSION_ID_KEY], 0))
 
     async def verify(self, request: Request, body: CounterVerifyRequest) -> CounterVerifyResponse:
