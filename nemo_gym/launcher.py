@@ -61,10 +61,11 @@ class Launcher:
         return self
 
     def _spawn(self, name: str, module: list[str], env: dict[str, str]) -> subprocess.Popen:
-        log = open(self.run_dir / f"{name}.log", "wb")
-        return subprocess.Popen(
-            [sys.executable, "-m", *module], env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        # The child keeps its own copy of the log's descriptor; this process needs none.
+        with open(self.run_dir / f"{name}.log", "wb") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", *module], env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def log_tail(self, name: str, lines: int = 30) -> str:
         path = self.run_dir / f"{name}.log"
@@ -84,7 +85,8 @@ class Launcher:
                 except OSError:
                     pass
             if waiting and time.monotonic() > deadline:
-                raise LaunchError(f"servers {sorted(waiting)} did not answer GET / within {timeout} s")
+                logs = "".join(f"\n--- {name} ---\n{self.log_tail(name)}" for name in sorted(waiting))
+                raise LaunchError(f"servers {sorted(waiting)} did not answer GET / within {timeout} s:{logs}")
             if waiting:
                 time.sleep(0.1)
 

@@ -1,0 +1,94 @@
+"""The launcher: one process per instance plus the head, ready when GET / answers, stopped by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from nemo_gym import config as gym_config
+from nemo_gym.launcher import LaunchError, Launcher
+
+COUNTER = {"counter": {"resources_servers": {"example_session_state_mgmt": {}}}}
+
+
+def gone(pid: int) -> bool:
+    """No such process, or only a zombie left for its parent to reap."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
+
+
+def test_a_server_that_exits_at_start_gives_launch_error_with_its_log_tail():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        data = {"counter": {"resources_servers": {"example_session_state_mgmt": {"port": port}}}}
+        launcher = Launcher(gym_config.parse(data, check_ports=False), gym_config.free_port())
+        with pytest.raises(LaunchError) as error:
+            launcher.start(timeout=60)
+    message = str(error.value)
+    assert message.startswith("server 'counter' exited with code")
+    assert "address already in use" in message.lower()
+    assert launcher.processes == {}
+    assert not launcher.run_dir.exists()
+
+
+def test_a_server_that_never_becomes_ready_gives_launch_error_with_its_log_tail():
+    """Settings the server's config model refuses (check_settings skipped): the app cannot be built."""
+    data = {"counter": {"resources_servers": {"example_session_state_mgmt": {"num_wokers": 2}}}}
+    launcher = Launcher(gym_config.parse(data), gym_config.free_port())
+    with pytest.raises(LaunchError) as error:
+        launcher.start(timeout=5)
+    assert "'counter'" in str(error.value)
+    assert "num_wokers" in str(error.value)
+    assert launcher.processes == {}
+
+
+def test_start_serves_every_instance_and_the_resolved_config_and_stop_ends_every_process():
+    instances = gym_config.parse(COUNTER)
+    launcher = Launcher(instances, gym_config.free_port()).start(timeout=60)
+    try:
+        pids = [process.pid for process in launcher.processes.values()]
+        assert sorted(launcher.processes) == ["counter", "head"]
+        with urllib.request.urlopen(f"{instances['counter'].url}/", timeout=10) as reply:
+            assert json.load(reply) == {"status": "ok"}
+        with urllib.request.urlopen(f"{launcher.head_url}/global_config", timeout=10) as reply:
+            resolved = json.load(reply)
+        assert resolved["counter"]["resources_servers"]["example_session_state_mgmt"]["port"] == instances["counter"].port
+    finally:
+        launcher.stop()
+    assert all(gone(pid) for pid in pids)
+    assert not launcher.run_dir.exists()
+
+
+def test_table_lists_name_type_address_and_workers_of_every_server_and_the_head():
+    instances = gym_config.parse({"counter": {"resources_servers": {"example_session_state_mgmt": {"num_workers": 3}}}})
+    launcher = Launcher(instances, 11999)
+    try:
+        header, counter, head = [line.split() for line in launcher.table().splitlines()]
+    finally:
+        launcher.stop()
+    assert header == ["name", "type", "address", "workers"]
+    assert counter == ["counter", "resources_servers", instances["counter"].url, "3"]
+    assert head == ["head", "-", "http://127.0.0.1:11999", "1"]
+
+
+def test_the_processes_get_the_launchers_extra_environment(tmp_path):
+    marker = tmp_path / "seen"
+    launcher = Launcher(gym_config.parse(COUNTER), gym_config.free_port(), {"NEMO_GYM_TEST_MARKER": str(marker)})
+    try:
+        assert launcher.extra_env == {"NEMO_GYM_TEST_MARKER": str(marker)}
+        launcher.start(timeout=60)
+        environ = Path(f"/proc/{launcher.processes['counter'].pid}/environ").read_bytes().split(b"\0")
+    finally:
+        launcher.stop()
+    assert f"NEMO_GYM_TEST_MARKER={marker}".encode() in environ
+    assert os.environ.get("NEMO_GYM_TEST_MARKER") is None
