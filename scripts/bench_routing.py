@@ -237,10 +237,15 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU time of one process, from /proc/<pid>/stat."""
+def cpu_times(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of one process, from /proc/<pid>/stat."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
+def cpu_seconds(pid: int) -> float:
+    return sum(cpu_times(pid))
 
 
 def listening_sockets(pid: int) -> set[str]:
@@ -585,24 +590,28 @@ async def measure_hops(args: argparse.Namespace, urls: list[str], socket_dir: st
                     increments[index] += 1
         for round_ in range(args.runs):
             latencies: dict[str, list[float]] = {kind: [] for kind in kinds}
-            cpu: dict[str, float] = dict.fromkeys(kinds, 0.0)
+            user: dict[str, float] = dict.fromkeys(kinds, 0.0)
+            system: dict[str, float] = dict.fromkeys(kinds, 0.0)
             names = list(kinds)
             for block in range(blocks):
                 shift = (round_ + block) % len(names)
                 for kind in names[shift:] + names[:shift]:
-                    cpu_before = sum(cpu_seconds(pid) for pid in pids)
+                    user_before, system_before = map(sum, zip(*(cpu_times(pid) for pid in pids)))
                     for i in range(args.hop_block):
                         target_client, url, index = kinds[kind][i % 2]
                         started = time.perf_counter()
                         await target_client.post(f"{url}/increment_counter", {"count": 1}, sessions[index])
                         latencies[kind].append(time.perf_counter() - started)
                         increments[index] += 1
-                    cpu[kind] += sum(cpu_seconds(pid) for pid in pids) - cpu_before
+                    user_after, system_after = map(sum, zip(*(cpu_times(pid) for pid in pids)))
+                    user[kind] += user_after - user_before
+                    system[kind] += system_after - system_before
             for kind in kinds:
                 per_run[kind].append({
                     "p50_ms": percentile(latencies[kind], 50) * 1000,
                     "p99_ms": percentile(latencies[kind], 99) * 1000,
-                    "cpu_ms": cpu[kind] / len(latencies[kind]) * 1000,
+                    "user_ms": user[kind] / len(latencies[kind]) * 1000,
+                    "system_ms": system[kind] / len(latencies[kind]) * 1000,
                 })
             log(f"  run {round_ + 1}/{args.runs}: " + ", ".join(f"{k} p50 {per_run[k][-1]['p50_ms']:.3f} ms" for k in kinds))
         # Every increment, local or forwarded, reached its session's state on its owner.
@@ -613,7 +622,7 @@ async def measure_hops(args: argparse.Namespace, urls: list[str], socket_dir: st
         await client.close()
         for each in direct:
             await each.close()
-    result = {kind: {key: median([run[key] for run in runs]) for key in ("p50_ms", "p99_ms", "cpu_ms")} for kind, runs in per_run.items()}
+    result = {kind: {key: median([run[key] for run in runs]) for key in ("p50_ms", "p99_ms", "user_ms", "system_ms")} for kind, runs in per_run.items()}
     result["state_intact"] = counts == increments
     result["requests_per_run"] = blocks * args.hop_block
     return result
@@ -651,9 +660,10 @@ def hop_table(result: dict, args: argparse.Namespace) -> str:
             fmt(row["p99_ms"], ".3f"),
             fmt(ratio(row["p50_ms"], local["p50_ms"]), ".2f", "x"),
             fmt(ratio(row["p99_ms"], local["p99_ms"]), ".2f", "x"),
-            fmt(row["cpu_ms"], ".3f"),
+            fmt(row["user_ms"], ".3f"),
+            fmt(row["system_ms"], ".3f"),
         ])
-    header = ["request", "p50 ms", "p99 ms", "p50 / local", "p99 / local", "server CPU ms/request"]
+    header = ["request", "p50 ms", "p99 ms", "p50 / local", "p99 / local", "user CPU ms", "system CPU ms"]
     title = (
         f"2. Hop cost: POST /increment_counter one at a time, {result['requests_per_run']} of each kind per run, "
         f"medians of {args.runs} runs"
@@ -661,7 +671,7 @@ def hop_table(result: dict, args: argparse.Namespace) -> str:
     notes = [
         "   local: to the worker that owns the session; forwarded: to the other worker, which forwards it;",
         "   owner's private socket: straight to the owner's Unix socket, the owner's share of a forward.",
-        "   server CPU: both workers' user+system time per request (10 ms clock ticks, summed over blocks).",
+        "   CPU: both workers' user and system (kernel) time per request, from /proc (10 ms ticks, summed over blocks).",
         f"   every increment reached its session's state: {'yes' if result['state_intact'] else 'NO'}",
     ]
     return "\n".join([title, render_table(header, rows), *notes])
@@ -909,7 +919,8 @@ def main(argv: list[str] | None = None) -> None:
     print("\nTargets (issue 6)")
     for target, verdict, figure in targets(results):
         print(f"  {'[' + verdict + ']':<15} {target}: {figure}")
-    print(f"\n(took {time.monotonic() - started:.0f} s)")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"\n(took {time.monotonic() - started:.0f} s; load average at the end {load})")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
 
