@@ -244,9 +244,12 @@ class SweRebenchServer(SimpleResourcesServer):
         target = self.path_in(sandbox, body.path)
         if target.is_dir():
             raise HTTPException(400, f"{body.path!r} is a directory")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise HTTPException(400, f"cannot write {body.path!r}: {error.strerror}") from None
         data = body.content.encode()
-        script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"'
-        result = await self.run(sandbox, ["sh", "-c", script, "write_file", str(target)], stdin=data)
+        result = await self.run(sandbox, ["dd", f"of={target}", "bs=65536", "status=none"], stdin=data)
         if not result.ok:
             raise HTTPException(400, f"cannot write {body.path!r}: {describe(result)}")
         return WriteFileResponse(path=body.path, bytes_written=len(data))

@@ -155,6 +155,12 @@ def test_reading_a_missing_file_or_a_directory_is_a_clear_error(client):
     assert "is a directory" in client.post("/read_file", json={"path": "."}).json()["detail"]
 
 
+def test_writing_below_a_file_is_a_clear_error(client):
+    seeded(client)
+    reply = client.post("/write_file", json={"path": "bounds.py/inner.txt", "content": "x"})
+    assert reply.status_code == 400 and reply.json()["detail"].startswith("cannot write 'bounds.py/inner.txt'")
+
+
 def test_tools_before_seeding_are_refused(client):
     reply = client.post("/read_file", json={"path": "bounds.py"})
     assert reply.status_code == 404 and "/seed_session" in reply.json()["detail"]
