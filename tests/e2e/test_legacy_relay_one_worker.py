@@ -1,0 +1,68 @@
+"""The legacy /run relay end to end at one worker: relay -> simple_agent -> counter, the scripted backend as policy."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nemo_gym import config as gym_config
+from nemo_gym.client import ServerClient
+from nemo_gym.config import REPO_ROOT
+from nemo_gym.rollouts import read_rows, run_episodes
+
+COUNTER = "example_session_state_mgmt"
+RELAY = "legacy_agent"
+CONFIGS = [
+    REPO_ROOT / "resources_servers" / COUNTER / "configs" / f"{COUNTER}.yaml",
+    REPO_ROOT / "responses_api_agents" / "legacy_agent" / "configs" / "legacy_agent.yaml",
+]
+DATA = REPO_ROOT / "resources_servers" / COUNTER / "data" / "example.jsonl"
+EPISODES = 200
+
+
+def counter_behind_relay(**counter_settings) -> dict:
+    """The shipped counter config merged with the relay's, think time between model turns."""
+    shipped, _ = gym_config.read_files(CONFIGS)
+    return gym_config.merge(
+        shipped,
+        {
+            COUNTER: {"resources_servers": {COUNTER: counter_settings}},
+            "scripted_backend": {"responses_api_models": {"scripted_backend": {"think_time_ms": 20}}},
+        },
+    )
+
+
+def episodes_plus_one_plus_two() -> list[dict]:
+    row = read_rows(DATA, limit=1)[0]  # "Add 1, then add 2, then get the count"
+    return [{**row, "initial_count": start, "expected_count": start + 3} for start in range(EPISODES)]
+
+
+def run_through_relay(instances: dict) -> list[dict]:
+    async def run() -> list[dict]:
+        client = ServerClient(instances)
+        try:
+            return await run_episodes(client, RELAY, episodes_plus_one_plus_two(), EPISODES, progress=False)
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def test_run_episodes_through_the_relay_all_score_at_one_worker(start_servers):
+    launcher = start_servers(counter_behind_relay(num_workers=1))
+    results = run_through_relay(launcher.instances)
+    assert sum(result["reward"] == 1.0 for result in results) == EPISODES, [r.get("error") for r in results if "error" in r][:3]
+
+
+def test_the_relay_hands_back_the_cookies_of_every_server_the_session_touched(start_servers):
+    launcher = start_servers(counter_behind_relay(num_workers=1))
+
+    async def one_episode():
+        client = ServerClient(launcher.instances)
+        try:
+            return await client.post(RELAY, "/run", json=episodes_plus_one_plus_two()[0])
+        finally:
+            await client.close()
+
+    reply = asyncio.run(one_episode())
+    assert reply.ok and reply.body["reward"] == 1.0
+    assert {f"{COUNTER}_session", f"{COUNTER}_simple_agent_session"} <= set(reply.cookies)

@@ -1,0 +1,89 @@
+"""swe_rebench end to end at one worker: legacy relay -> simple_agent -> swe_rebench, the scripted backend as policy."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from nemo_gym import config as gym_config
+from nemo_gym.client import ServerClient
+from nemo_gym.config import REPO_ROOT
+from nemo_gym.rollouts import read_rows, run_episodes
+
+SWE = "swe_rebench"
+RELAY = "swe_rebench_legacy_agent"
+CONFIG = REPO_ROOT / "resources_servers" / SWE / "configs" / "swe_rebench.yaml"
+DATA = REPO_ROOT / "resources_servers" / SWE / "data" / "example.jsonl"
+EPISODES = 200
+
+
+def overrides(sandbox_dir: Path, **settings) -> dict:
+    """Sandboxes in ``sandbox_dir``, the given swe_rebench settings, and think time between model turns."""
+    return {
+        SWE: {"resources_servers": {SWE: {"sandbox_dir": str(sandbox_dir), **settings}}},
+        "scripted_backend": {"responses_api_models": {"scripted_backend": {"think_time_ms": 20}}},
+    }
+
+
+def swe_stack(sandbox_dir: Path, **settings) -> dict:
+    """The shipped config (swe_rebench, simple_agent, relay, scripted policy) with ``overrides``."""
+    shipped, _ = gym_config.read_files([CONFIG])
+    return gym_config.merge(shipped, overrides(sandbox_dir, **settings))
+
+
+def episodes(count: int = EPISODES) -> list[dict]:
+    rows = read_rows(DATA)
+    return [rows[number % len(rows)] for number in range(count)]
+
+
+def run_through_relay(instances: dict, rows: list[dict]) -> list[dict]:
+    async def run() -> list[dict]:
+        client = ServerClient(instances)
+        try:
+            return await run_episodes(client, RELAY, rows, len(rows), progress=False)
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def test_the_demo_through_the_relay_scores_every_episode_and_leaves_no_sandbox(tmp_path):
+    sandbox_dir = tmp_path / "sandboxes"
+    override = tmp_path / "one_worker.yaml"
+    override.write_text(yaml.safe_dump(overrides(sandbox_dir, num_workers=1)))
+    output = tmp_path / "rollouts.jsonl"
+    command = [
+        sys.executable, "-m", "nemo_gym.cli.main", "eval", "run", "--config", str(CONFIG), "--config", str(override),
+        "--agent", RELAY, "--input", str(DATA), "--num-repeats", "40", "--concurrency", "200", "--output", str(output),
+    ]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)
+    assert finished.returncode == 0, finished.stderr
+    assert '"1.0": 200' in finished.stdout, finished.stdout
+    results = [json.loads(line) for line in output.read_text().splitlines()]
+    assert len(results) == EPISODES
+    assert all(result["patch"].startswith("diff --git") and result["tests_passed"] for result in results)
+    assert list(sandbox_dir.iterdir()) == []
+
+
+def test_sandboxes_of_sessions_never_verified_are_removed_when_the_server_stops(start_servers, tmp_path):
+    sandbox_dir = tmp_path / "sandboxes"
+    launcher = start_servers(swe_stack(sandbox_dir, num_workers=1))
+
+    async def seed_three() -> None:
+        client = ServerClient(launcher.instances)
+        try:
+            for row in episodes(3):
+                reply = await client.post(SWE, "/seed_session", json=row)
+                assert reply.ok, reply.text
+        finally:
+            await client.close()
+
+    asyncio.run(seed_three())
+    assert len(list(sandbox_dir.iterdir())) == 3
+    launcher.stop()
+    assert list(sandbox_dir.iterdir()) == []
