@@ -1,6 +1,10 @@
 """Run counter episodes through /run with the resources server at N workers and print the table row.
 
     python scripts/multiworker_report.py --workers 4 --episodes 200
+
+Other scenarios (--scenario): swe_rebench, episodes through the legacy relay -> simple_agent -> swe_rebench
+at N workers; memory_agent, two-turn conversations with memory_agent at N workers, where reward 1.0
+means the second turn continued the first.
 """
 
 from __future__ import annotations
@@ -8,15 +12,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import shutil
+import tempfile
+from pathlib import Path
 
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
 from nemo_gym.launcher import Launcher
 from nemo_gym.presets import agent_name, environment_trio
 from nemo_gym.rollouts import read_rows, run_episodes
+from responses_api_agents.memory_agent.conversations import run_conversations
 
 RESOURCES_SERVER = "example_session_state_mgmt"
 DATA = gym_config.REPO_ROOT / "resources_servers" / RESOURCES_SERVER / "data" / "example.jsonl"
+SWE_REBENCH = "swe_rebench"
+SWE_REBENCH_DIR = gym_config.REPO_ROOT / "resources_servers" / SWE_REBENCH
+SWE_REBENCH_RELAY = "swe_rebench_legacy_agent"
+MEMORY_AGENT = "memory_agent"
+MEMORY_AGENT_CONFIG = gym_config.REPO_ROOT / "responses_api_agents" / MEMORY_AGENT / "configs" / "memory_agent.yaml"
 
 
 def counter_row(row: dict, seed: int) -> dict:
@@ -34,20 +47,81 @@ async def run_report(instances: dict, episodes: int, concurrency: int) -> list[d
         await client.close()
 
 
+def shipped_config(path: Path, server_type: str, instance: str, **settings) -> dict:
+    """A shipped YAML config with these settings for ``instance`` (whose implementation has the same name)."""
+    data, _ = gym_config.read_files([path])
+    return gym_config.merge(data, {instance: {server_type: {instance: settings}}})
+
+
+def counter_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str]:
+    instances = gym_config.parse(environment_trio(RESOURCES_SERVER, args.workers))
+    with Launcher(instances, gym_config.free_port()):
+        results = asyncio.run(run_report(instances, args.episodes, args.concurrency))
+    return "/run", results, ""
+
+
+def swe_rebench_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str]:
+    sandbox_dir = Path(tempfile.mkdtemp(prefix="swe_rebench_report_"))
+    config = shipped_config(
+        SWE_REBENCH_DIR / "configs" / "swe_rebench.yaml", "resources_servers", SWE_REBENCH,
+        num_workers=args.workers, sandbox_dir=str(sandbox_dir),
+    )
+    instances = gym_config.parse(config)
+    rows = read_rows(SWE_REBENCH_DIR / "data" / "example.jsonl")
+    rows = [rows[number % len(rows)] for number in range(args.episodes)]
+
+    async def run() -> list[dict]:
+        client = ServerClient(instances)
+        try:
+            return await run_episodes(client, SWE_REBENCH_RELAY, rows, args.concurrency, progress=False)
+        finally:
+            await client.close()
+
+    try:
+        with Launcher(instances, gym_config.free_port()):
+            results = asyncio.run(run())
+            left_after_verify = len(list(sandbox_dir.iterdir()))
+        left_after_stop = len(list(sandbox_dir.iterdir()))
+    finally:
+        shutil.rmtree(sandbox_dir, ignore_errors=True)
+    graders = len({result["worker_pid"] for result in results if "worker_pid" in result})
+    note = f"graded by {graders} worker(s); sandboxes left after verify: {left_after_verify}, after stop: {left_after_stop}"
+    return SWE_REBENCH, results, note
+
+
+def memory_agent_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str]:
+    instances = gym_config.parse(shipped_config(MEMORY_AGENT_CONFIG, "responses_api_agents", MEMORY_AGENT, num_workers=args.workers))
+
+    async def run() -> list[dict]:
+        client = ServerClient(instances)
+        try:
+            return await run_conversations(client, MEMORY_AGENT, args.episodes, args.concurrency)
+        finally:
+            await client.close()
+
+    with Launcher(instances, gym_config.free_port()):
+        conversations = asyncio.run(run())
+    return MEMORY_AGENT, [{**result, "reward": float(result["continued"])} for result in conversations], ""
+
+
+SCENARIOS = {"counter": counter_scenario, "swe_rebench": swe_rebench_scenario, "memory_agent": memory_agent_scenario}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="counter")
     args = parser.parse_args()
 
-    instances = gym_config.parse(environment_trio(RESOURCES_SERVER, args.workers))
-    with Launcher(instances, gym_config.free_port()):
-        results = asyncio.run(run_report(instances, args.episodes, args.concurrency))
+    label, results, note = SCENARIOS[args.scenario](args)
     good = sum(result.get("reward") == 1.0 for result in results)
     errors = sum("error" in result for result in results)
-    print("scenario  workers  reward_1.0  reward_0.0  errors")
-    print(f"/run      {args.workers:>7}  {good:>10}  {len(results) - good:>10}  {errors:>6}")
+    print("scenario      workers  reward_1.0  reward_0.0  errors")
+    print(f"{label:<12}  {args.workers:>7}  {good:>10}  {len(results) - good:>10}  {errors:>6}")
+    if note:
+        print(note)
 
 
 if __name__ == "__main__":
