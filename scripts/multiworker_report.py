@@ -2,7 +2,8 @@
 
     python scripts/multiworker_report.py --workers 4 --episodes 200
 
-Other scenarios (--scenario): swe_rebench, episodes through the legacy relay -> simple_agent -> swe_rebench
+Other scenarios (--scenario): mcp (or --mcp), counter sequences over /mcp by clients that keep only
+the session token; swe_rebench, episodes through the legacy relay -> simple_agent -> swe_rebench
 at N workers; memory_agent, two-turn conversations with memory_agent at N workers, where reward 1.0
 means the second turn continued the first.
 """
@@ -21,6 +22,7 @@ from nemo_gym.client import ServerClient
 from nemo_gym.launcher import Launcher
 from nemo_gym.presets import agent_name, environment_trio
 from nemo_gym.rollouts import read_rows, run_episodes
+from resources_servers.example_session_state_mgmt.mcp_sequences import run_sequences
 from responses_api_agents.memory_agent.conversations import run_conversations
 
 RESOURCES_SERVER = "example_session_state_mgmt"
@@ -104,7 +106,23 @@ def memory_agent_scenario(args: argparse.Namespace) -> tuple[str, list[dict], st
     return MEMORY_AGENT, [{**result, "reward": float(result["continued"])} for result in conversations], ""
 
 
-SCENARIOS = {"counter": counter_scenario, "swe_rebench": swe_rebench_scenario, "memory_agent": memory_agent_scenario}
+def mcp_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str]:
+    settings = {"num_workers": args.workers, "expose_tools_over_mcp": True}
+    instances = gym_config.parse({RESOURCES_SERVER: {"resources_servers": {RESOURCES_SERVER: settings}}})
+
+    async def run() -> list[bool]:
+        client = ServerClient(instances)
+        try:
+            return await run_sequences(client, RESOURCES_SERVER, args.episodes)
+        finally:
+            await client.close()
+
+    with Launcher(instances, gym_config.free_port()):
+        right = asyncio.run(run())
+    return "/mcp", [{"reward": float(ok)} for ok in right], ""
+
+
+SCENARIOS = {"counter": counter_scenario, "mcp": mcp_scenario, "swe_rebench": swe_rebench_scenario, "memory_agent": memory_agent_scenario}
 
 
 def main() -> None:
@@ -113,6 +131,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="counter")
+    parser.add_argument("--mcp", action="store_const", dest="scenario", const="mcp", help="same as --scenario mcp")
     args = parser.parse_args()
 
     label, results, note = SCENARIOS[args.scenario](args)

@@ -1,0 +1,48 @@
+"""Counter sequences over MCP, as a CLI harness in a sandbox runs them: only the session token, no cookie.
+
+Each sequence seeds a session over HTTP and keeps only the token from the reply's ``mcp`` metadata,
+then, with the official MCP client, adds 1 and 2 and reads the counter. Used by the end-to-end tests
+and by ``scripts/multiworker_report.py --mcp``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from nemo_gym.client import ServerClient
+from nemo_gym.session_token import TOKEN_HEADER
+
+FIRST_START = 100  # not 0: a counter missing on another worker also reads as 0
+
+
+async def one_sequence(client: ServerClient, server: str, start: int) -> int:
+    """Seed at ``start``, add 1 then 2 over ``/mcp``, and return the count the server reports."""
+    seed = await client.post(server, "/seed_session", json={"initial_count": start})
+    if not seed.ok:
+        raise RuntimeError(f"{server}/seed_session answered {seed.status}: {seed.text}")
+    token = seed.body["mcp"]["headers"][TOKEN_HEADER]
+    async with (
+        create_mcp_http_client(headers={TOKEN_HEADER: token}) as http,
+        streamable_http_client(client.url(server, "/mcp"), http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        await session.call_tool("increment_counter", {"count": 1})
+        await asyncio.sleep(0.02)  # think time between steps, as a model takes
+        await session.call_tool("increment_counter", {"count": 2})
+        result = await session.call_tool("get_counter_value", {})
+    if result.is_error:
+        raise RuntimeError(f"get_counter_value failed: {result.content}")
+    return json.loads(result.content[0].text)["count"]
+
+
+async def run_sequences(client: ServerClient, server: str, count: int) -> list[bool]:
+    """Run ``count`` sequences at once; each is True when it ended with the right count."""
+    starts = [FIRST_START + number for number in range(count)]
+    counts = await asyncio.gather(*(one_sequence(client, server, start) for start in starts))
+    return [found == start + 3 for start, found in zip(starts, counts)]
