@@ -7,6 +7,7 @@ starts, and every error names the file and the key it is about.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import re
 import socket
@@ -131,12 +132,15 @@ def free_port(host: str = DEFAULT_HOST) -> int:
 
 
 def port_in_use(host: str, port: int) -> bool:
+    """Whether something already listens on ``host:port``; other failures (a host not on this machine) raise OSError."""
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
-        except OSError:
-            return True
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return True
+            raise
     return False
 
 
@@ -148,8 +152,12 @@ def parse(data: dict, sources: dict[str, str] | None = None, check_ports: bool =
         instances[str(name)] = _parse_instance(str(name), body, sources)
     for instance in instances.values():
         _check_refs(instance, instances)
+    taken: dict[int, list[Instance]] = {}
     for instance in instances.values():
-        _resolve_port(instance, check_ports)
+        if instance.settings.get("port") is not None:
+            _claim_port(instance, instance.settings["port"], taken)
+    for instance in instances.values():
+        _resolve_port(instance, check_ports, taken)
     return instances
 
 
@@ -230,12 +238,34 @@ def _check_refs(instance: Instance, instances: dict[str, Instance]) -> None:
                 )
 
 
-def _resolve_port(instance: Instance, check_ports: bool) -> None:
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def _clashes(first: str, second: str) -> bool:
+    return first == second or first in WILDCARD_HOSTS or second in WILDCARD_HOSTS
+
+
+def _claim_port(instance: Instance, port: int, taken: dict[int, list[Instance]]) -> None:
+    """Two instances of one config cannot listen on the same address."""
+    for other in taken.get(port, []):
+        if _clashes(other.host, instance.host):
+            raise ConfigError(f"{_where(instance, 'port')}: port {port} on {instance.host} is also the port of instance {other.name!r}")
+    taken.setdefault(port, []).append(instance)
+
+
+def _resolve_port(instance: Instance, check_ports: bool, taken: dict[int, list[Instance]]) -> None:
     port = instance.settings.get("port")
-    if port is None:
-        instance.settings["port"] = free_port(instance.host)
-    elif check_ports and port_in_use(instance.host, port):
-        raise ConfigError(f"{_where(instance, 'port')}: port {port} on {instance.host} is already in use")
+    try:
+        if port is None:
+            port = free_port(instance.host)
+            while any(_clashes(other.host, instance.host) for other in taken.get(port, [])):
+                port = free_port(instance.host)
+            instance.settings["port"] = port
+            _claim_port(instance, port, taken)
+        elif check_ports and port_in_use(instance.host, port):
+            raise ConfigError(f"{_where(instance, 'port')}: port {port} on {instance.host} is already in use")
+    except OSError as error:
+        raise ConfigError(f"{_where(instance, 'host')}: cannot listen on {instance.host!r}: {error.strerror or error}") from None
 
 
 class ServerRef(BaseModel):

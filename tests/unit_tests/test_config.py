@@ -191,3 +191,22 @@ def test_the_example_config_loads(tmp_path):
     path = gym_config.REPO_ROOT / "resources_servers" / "example_session_state_mgmt" / "configs" / "example_session_state_mgmt.yaml"
     instances = gym_config.load([path])
     assert {instance.server_type for instance in instances.values()} == set(gym_config.SERVER_TYPES)
+
+
+def test_two_instances_on_the_same_port_is_an_error_naming_the_file_and_the_key(tmp_path):
+    port = gym_config.free_port()
+    text = TRIO.replace("model: first", f"model: first\n      port: {port}")
+    path = write(tmp_path / "trio.yaml", text.replace("entrypoint: app.py", f"entrypoint: app.py\n      port: {port}", 1))
+    with pytest.raises(ConfigError) as error:
+        gym_config.load([path])
+    assert str(error.value) == (
+        f"{path}: policy_model.responses_api_models.vllm_model.port: port {port} on 127.0.0.1 is also the port of instance 'counter'"
+    )
+
+
+def test_a_host_that_is_not_on_this_machine_is_an_error_naming_the_file_and_the_key(tmp_path):
+    path = write(tmp_path / "counter.yaml", COUNTER + "      host: 192.0.2.1\n")  # TEST-NET-1: never assigned
+    with pytest.raises(ConfigError) as error:
+        gym_config.load([path])
+    message = str(error.value)
+    assert message.startswith(f"{path}: counter.resources_servers.example_session_state_mgmt.host: cannot listen on '192.0.2.1'")
