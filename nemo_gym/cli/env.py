@@ -33,7 +33,11 @@ def instances_from_args(args: argparse.Namespace) -> dict[str, gym_config.Instan
 
 def start(args: argparse.Namespace) -> int:
     instances = instances_from_args(args)
-    if gym_config.port_in_use(gym_config.DEFAULT_HOST, args.head_port):
+    try:
+        head_port_taken = gym_config.port_in_use(gym_config.DEFAULT_HOST, args.head_port)
+    except OSError as error:
+        raise ValueError(f"--head-port: cannot listen on port {args.head_port}: {error.strerror or error}") from None
+    if head_port_taken:
         raise ValueError(f"--head-port: port {args.head_port} is already in use (another `gym env start`?)")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -8,6 +8,7 @@ import sys
 from nemo_gym.cli import env, eval as eval_cli
 from nemo_gym.config import ConfigError
 from nemo_gym.head import DEFAULT_HEAD_PORT
+from nemo_gym.launcher import LaunchError
 
 
 def positive_int(text: str) -> int:
@@ -21,6 +22,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 1 to 65535."""
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
+    return value
+
+
 def add_server_options(parser: argparse.ArgumentParser) -> None:
     """Which servers to run: config files, or the shortcut for one environment's trio."""
     parser.add_argument("--config", action="append", default=[], help="YAML config file; repeat to merge (later wins)")
@@ -28,7 +37,7 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-workers", type=positive_int, default=1, help="workers of the resources server (shortcut only)")
     parser.add_argument("--model-url", help="OpenAI-compatible base URL (shortcut only); default: the scripted backend")
     parser.add_argument("--model", help="model name to send to --model-url")
-    parser.add_argument("--head-port", type=int, default=DEFAULT_HEAD_PORT, help="port of the head endpoint")
+    parser.add_argument("--head-port", type=port_number, default=DEFAULT_HEAD_PORT, help="port of the head endpoint")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ValueError, ConnectionError) as error:
         print(f"gym: error: {error}", file=sys.stderr)
         return 2
+    except LaunchError as error:
+        print(f"gym: error: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

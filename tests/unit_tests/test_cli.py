@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -81,3 +82,19 @@ def test_eval_run_counts_must_be_at_least_one(option, tmp_path, capsys):
         main([*arguments, option, "0"])
     assert exit_.value.code == 2
     assert f"{option}: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_env_start_with_a_head_port_already_in_use_is_a_clear_error(capsys):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["env", "start", "--resources-server", COUNTER, "--head-port", str(port)]) == 2
+    assert f"--head-port: port {port} is already in use" in capsys.readouterr().err
+
+
+def test_env_start_with_a_head_port_that_cannot_be_a_port_is_a_clear_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["env", "start", "--resources-server", COUNTER, "--head-port", "70000"])
+    assert exit_.value.code == 2
+    assert "--head-port: not a TCP port: 70000" in capsys.readouterr().err
