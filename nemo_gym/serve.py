@@ -31,6 +31,7 @@ def main() -> None:
         port=instance.port,
         log_level="warning",
         access_log=False,
+        lifespan="on",  # an app that cannot start makes the process exit, not serve 500s
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=5,
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel
 
 from nemo_gym import SESSION_ID_KEY
@@ -62,13 +62,20 @@ class CounterServer(SimpleResourcesServer):
 
     async def increment_counter(self, request: Request, body: IncrementCounterRequest) -> IncrementCounterResponse:
         """Add `count` to this session's counter."""
-        session_id = request.session[SESSION_ID_KEY]
-        self.counters[session_id] = self.counters.get(session_id, 0) + body.count
+        session_id = self.seeded_session(request)
+        self.counters[session_id] += body.count
         return IncrementCounterResponse(success=True)
 
     async def get_counter_value(self, request: Request, body: GetCounterValueRequest) -> GetCounterValueResponse:
         """Read this session's counter."""
-        return GetCounterValueResponse(count=self.counters.get(request.session[SESSION_ID_KEY], 0))
+        return GetCounterValueResponse(count=self.counters[self.seeded_session(request)])
+
+    def seeded_session(self, request: Request) -> str:
+        """The session's id; a session this server never seeded has no counter to use (404, not a fresh 0)."""
+        session_id = request.session[SESSION_ID_KEY]
+        if session_id not in self.counters:
+            raise HTTPException(404, "This session has no counter: call /seed_session first.")
+        return session_id
 
     async def verify(self, request: Request, body: CounterVerifyRequest) -> CounterVerifyResponse:
         count = self.counters.pop(request.session[SESSION_ID_KEY], None)

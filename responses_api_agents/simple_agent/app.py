@@ -74,7 +74,9 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         seed = await self.server_client.post(resources, "/seed_session", json=row, cookies=cookies)
         cookies.update(checked(seed, f"{resources}/seed_session").cookies)
         reply = await self.server_client.post(self.name, "/v1/responses", json=row["responses_create_params"], cookies=cookies)
-        cookies.update(checked(reply, f"{self.name}/v1/responses").cookies)
+        # The caller gets this /run's own agent session cookie, not the one the inner call minted.
+        inner = checked(reply, f"{self.name}/v1/responses").cookies
+        cookies.update({name: value for name, value in inner.items() if name != self.session_cookie})
         verify = await self.server_client.post(resources, "/verify", json={**row, "response": reply.body}, cookies=cookies)
         cookies.update(checked(verify, f"{resources}/verify").cookies)
         set_cookies(response, cookies)

@@ -105,3 +105,11 @@ async def test_aggregate_metrics_counts_each_reward(client):
     body = {"verify_responses": [{"reward": 1.0}, {"reward": 0.0}, {"reward": 1.0}]}
     metrics = await call(client, "/aggregate_metrics", {}, body)
     assert metrics == {"num_episodes": 3, "mean_reward": pytest.approx(2 / 3), "reward_counts": {"0.0": 1, "1.0": 2}}
+
+
+@pytest.mark.anyio
+async def test_tools_refuse_a_session_that_was_never_seeded(client):
+    for path, body in (("/increment_counter", {"count": 1}), ("/get_counter_value", {})):
+        reply = await client.post(COUNTER, path, json=body)
+        assert reply.status == 404
+        assert "seed_session" in reply.body["detail"]

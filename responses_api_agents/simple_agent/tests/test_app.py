@@ -157,6 +157,15 @@ async def test_run_threads_the_session_cookies_through_seed_responses_and_verify
 
 
 @pytest.mark.anyio
+async def test_run_hands_back_one_agent_session_cookie():
+    async with episode_servers() as client:
+        async with client.session().post(client.url(AGENT, "/run"), json=ROW) as reply:
+            assert reply.status == 200, await reply.text()
+            set_cookies = reply.headers.getall("Set-Cookie", [])
+    assert [cookie.split("=")[0] for cookie in set_cookies].count(f"{AGENT}_session") == 1
+
+
+@pytest.mark.anyio
 async def test_run_with_a_model_backend_that_is_down_is_a_502_naming_the_hop():
     async with episode_servers(model_url=f"http://127.0.0.1:{free_port()}/v1") as client:
         reply = await client.post(AGENT, "/run", json=ROW)
