@@ -56,7 +56,9 @@ def shipped_config(path: Path, server_type: str, instance: str, **settings) -> d
 
 
 def counter_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str]:
-    instances = gym_config.parse(environment_trio(RESOURCES_SERVER, args.workers))
+    config = environment_trio(RESOURCES_SERVER, args.workers)
+    config[RESOURCES_SERVER]["resources_servers"][RESOURCES_SERVER]["route_sessions"] = args.routing
+    instances = gym_config.parse(config)
     with Launcher(instances, gym_config.free_port()):
         results = asyncio.run(run_report(instances, args.episodes, args.concurrency))
     return "/run", results, ""
@@ -107,7 +109,7 @@ def memory_agent_scenario(args: argparse.Namespace) -> tuple[str, list[dict], st
 
 
 def mcp_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str]:
-    settings = {"num_workers": args.workers, "expose_tools_over_mcp": True}
+    settings = {"num_workers": args.workers, "expose_tools_over_mcp": True, "route_sessions": args.routing}
     instances = gym_config.parse({RESOURCES_SERVER: {"resources_servers": {RESOURCES_SERVER: settings}}})
 
     async def run() -> list[bool]:
@@ -132,6 +134,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="counter")
     parser.add_argument("--mcp", action="store_const", dest="scenario", const="mcp", help="same as --scenario mcp")
+    parser.add_argument("--no-routing", dest="routing", action="store_false", help="counter and mcp: switch routing off")
     args = parser.parse_args()
 
     label, results, note = SCENARIOS[args.scenario](args)
