@@ -12,14 +12,13 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.middleware.sessions import SessionMiddleware
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
-from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.owner import OwnerReader
-from nemo_gym.routing.private_server import PrivateServer
+from nemo_gym.routing.private_server import PrivateEntrance, PrivateServer
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, new_worker_id, socket_path
 from nemo_gym.session_token import token_serializer
@@ -90,15 +89,15 @@ class SimpleServer:
         app.add_exception_handler(Exception, self.unhandled_error)
         return app
 
-    def build_app(self) -> FastAPI:
+    def build_app(self) -> ASGIApp:
+        """The app uvicorn serves: with routing, the session router in front of everything else."""
         app = self.setup_webserver()
         app.add_middleware(SessionIdMiddleware, owner=self.worker_id)
         app.add_middleware(SessionMiddleware, secret_key=self.secret, session_cookie=self.session_cookie)
-        if self.worker_id is not None:
-            app.add_middleware(CancelOnDisconnect)
-            owners = OwnerReader(self.secret, self.session_cookie, token_serializer(self.secret))
-            app.add_middleware(SessionRouter, worker_id=self.worker_id, owners=owners, forwarder=self.forwarder)
-        return app
+        if self.worker_id is None:
+            return app
+        owners = OwnerReader(self.secret, self.session_cookie, token_serializer(self.secret))
+        return SessionRouter(app, self.worker_id, owners, self.forwarder)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
@@ -107,7 +106,7 @@ class SimpleServer:
                 yield
                 return
             # Other workers reach this one's sessions only once its own start-up is done.
-            private = PrivateServer(app, socket_path(self.socket_dir, self.worker_id))
+            private = PrivateServer(PrivateEntrance(app), socket_path(self.socket_dir, self.worker_id))
             await private.start()
             try:
                 yield

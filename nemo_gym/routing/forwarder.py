@@ -11,10 +11,9 @@ from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
 
-from nemo_gym.routing.private_server import PRIVATE_KEEP_ALIVE_SECONDS
+from nemo_gym.routing.private_server import CLIENT_HEADER, PRIVATE_KEEP_ALIVE_SECONDS
 from nemo_gym.routing.worker import socket_path
 
-CLIENT_HEADER = b"x-nemo-gym-client"
 # Shorter than the private server's, so this side always closes an idle connection first and never
 # sends a request down a connection the owner is closing.
 FORWARD_KEEP_ALIVE_SECONDS = PRIVATE_KEEP_ALIVE_SECONDS / 2
@@ -24,6 +23,7 @@ HOP_BY_HOP = frozenset(
 )
 # Headers aiohttp would add on its own; a forwarded request carries only the caller's.
 NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+WHOLE_REPLY_BYTES = 64 * 1024
 
 
 class OwnerGone(Exception):
@@ -68,11 +68,15 @@ class Forwarder:
         except OwnerGone:
             await self.drop(owner)
             await lost_session(owner)(scope, receive, send)
-        except (CallerLeft, aiohttp.ClientConnectionError):
+        except (CallerLeft, aiohttp.ClientConnectionError) as error:
             if exchange.caller_left:
                 return
-            if exchange.started or await is_listening(socket_path(self.socket_dir, owner)):
-                raise
+            if exchange.started:
+                raise  # the reply is half sent: only a closed connection can tell the caller
+            if await is_listening(socket_path(self.socket_dir, owner)):
+                detail = f"Forwarding to worker {owner}, which owns this session, failed: {error!r}"
+                await JSONResponse(status_code=502, content={"detail": detail})(scope, receive, send)
+                return
             await self.drop(owner)
             await lost_session(owner)(scope, receive, send)
 
@@ -130,31 +134,51 @@ class Exchange:
         headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"] if name not in HOP_BY_HOP]
         if scope.get("client"):
             headers.append((CLIENT_HEADER.decode(), "%s:%d" % tuple(scope["client"])))
-        has_body = any(name in (b"content-length", b"transfer-encoding") for name, _ in scope["headers"])
-        if not has_body:
-            self.body_sent.set()
+        body = await self.body_start()
         path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         url = URL.build(scheme="http", host="owner", path=path, query=scope["query_string"].decode("latin-1"), encoded=True)
         # connect() and the request start in one step, so no other task can close the session between.
-        async with connect().request(scope["method"], url, headers=headers, data=self.body() if has_body else None) as reply:
+        async with connect().request(scope["method"], url, headers=headers, data=body) as reply:
             self.started = True
             headers = [(name.lower(), value) for name, value in reply.raw_headers if name.lower() not in HOP_BY_HOP]
             await self.send({"type": "http.response.start", "status": reply.status, "headers": headers})
+            if reply.content_length is not None and reply.content_length <= WHOLE_REPLY_BYTES:
+                # A small reply of known length goes back in one message.
+                body = await reply.read()
+                self.finished = True
+                await self.send({"type": "http.response.body", "body": body, "more_body": False})
+                return
             async for chunk in reply.content.iter_any():
                 await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
             self.finished = True
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def body(self) -> AsyncIterator[bytes]:
+    async def body_start(self) -> bytes | AsyncIterator[bytes] | None:
+        """The request body for aiohttp: the bytes, if they came in one message; otherwise a stream."""
+        if not any(name in (b"content-length", b"transfer-encoding") for name, _ in self.scope["headers"]):
+            self.body_sent.set()
+            return None
+        first = await self.next_body_message()
+        if not first.get("more_body", False):
+            self.body_sent.set()
+            return first.get("body", b"")
+        return self.body_stream(first.get("body", b""))
+
+    async def body_stream(self, first_chunk: bytes) -> AsyncIterator[bytes]:
+        yield first_chunk
         while True:
-            message: Message = await self.receive()
-            if message["type"] == "http.disconnect":
-                self.caller_left = True
-                raise CallerLeft
+            message = await self.next_body_message()
             yield message.get("body", b"")
             if not message.get("more_body", False):
                 break
         self.body_sent.set()
+
+    async def next_body_message(self) -> Message:
+        message = await self.receive()
+        if message["type"] == "http.disconnect":
+            self.caller_left = True
+            raise CallerLeft
+        return message
 
     async def cancel_when_caller_leaves(self, relaying: asyncio.Task) -> None:
         """Cancelling the relay closes the connection to the owner, which then cancels its handler."""

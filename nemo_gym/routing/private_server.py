@@ -14,20 +14,39 @@ import os
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-PRIVATE_SCOPE_KEY = "nemo_gym.private"
+from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
+
+# The forwarding worker's note of the caller's address; trusted only on arrival here.
+CLIENT_HEADER = b"x-nemo-gym-client"
 # Longer than the forwarder's, so the forwarding side always closes an idle connection first.
 PRIVATE_KEEP_ALIVE_SECONDS = 30
 
 
 class PrivateEntrance:
-    """Marks requests that arrived over the private socket; the router handles those locally."""
+    """Where forwarded requests enter the owner: straight into the app, never through the router.
+
+    The caller's address is restored from the forwarding worker's header, and a handler is cancelled
+    if the forwarding worker hangs up (its caller left).
+    """
 
     def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+        self.app = CancelOnDisconnect(app)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope[PRIVATE_SCOPE_KEY] = True
+        if scope["type"] == "http":
+            restore_client(scope)
         await self.app(scope, receive, send)
+
+
+def restore_client(scope: Scope) -> None:
+    headers = []
+    for name, value in scope["headers"]:
+        if name == CLIENT_HEADER:
+            host, _, port = value.decode("latin-1").rpartition(":")
+            scope["client"] = (host, int(port))
+        else:
+            headers.append((name, value))
+    scope["headers"] = headers
 
 
 class _EmbeddedServer(uvicorn.Server):

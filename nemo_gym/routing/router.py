@@ -1,7 +1,8 @@
-"""The session router: an ASGI middleware outside SessionMiddleware that sends each request to its owner.
+"""The session router: the ASGI middleware in front of the app that sends each request to its owner.
 
 It sits outside SessionMiddleware on purpose: a forwarded request never reaches this worker's
-SessionMiddleware, so the caller gets exactly one Set-Cookie, the owner's.
+SessionMiddleware, so the caller gets exactly one Set-Cookie, the owner's. Requests that other
+workers forward here arrive on the private socket, which bypasses the router (``private_server``).
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ from __future__ import annotations
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.routing.forwarder import CLIENT_HEADER, Forwarder
+from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.owner import OwnerReader
-from nemo_gym.routing.private_server import PRIVATE_SCOPE_KEY
+from nemo_gym.routing.private_server import CLIENT_HEADER
 from nemo_gym.routing.worker import is_worker_id
 
 
@@ -26,11 +27,7 @@ class SessionRouter:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope.get(PRIVATE_SCOPE_KEY):
-            # Forwarded by a sibling worker: always handled here, with the caller's address restored.
-            restore_client(scope)
-            await self.app(scope, receive, send)
-            return
+        # Only a sibling worker may name the caller's address; from the public port it is stripped.
         if any(name == CLIENT_HEADER for name, _ in scope["headers"]):
             scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER]
         owner = self.owners.owner(scope)
@@ -42,14 +39,3 @@ class SessionRouter:
             response = JSONResponse(status_code=400, content={"detail": "the session names an owner worker that is not a worker ID"})
             await response(scope, receive, send)
 
-
-def restore_client(scope: Scope) -> None:
-    """Take the caller's address from the forwarding worker's header, which only a sibling can set."""
-    headers = []
-    for name, value in scope["headers"]:
-        if name == CLIENT_HEADER:
-            host, _, port = value.decode("latin-1").rpartition(":")
-            scope["client"] = (host, int(port))
-        else:
-            headers.append((name, value))
-    scope["headers"] = headers
