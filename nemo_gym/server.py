@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
@@ -74,7 +75,7 @@ class SimpleServer:
     @classmethod
     def from_environment(cls) -> "SimpleServer":
         """Build the server the launcher described in this process's environment."""
-        data = json.loads(open(os.environ[CONFIG_PATH_ENV]).read())
+        data = json.loads(Path(os.environ[CONFIG_PATH_ENV]).read_text())
         instances = gym_config.parse(data, check_ports=False)
         return cls(os.environ[INSTANCE_ENV], instances)
 
