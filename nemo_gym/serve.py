@@ -34,6 +34,9 @@ def main() -> None:
         lifespan="on",  # an app that cannot start makes the process exit, not serve 500s
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=5,
+        # A worker replacing a dead one must start within this; 8 workers importing at once on 2 busy
+        # cores can take longer than uvicorn's 5 s default, which would kill and restart them in a loop.
+        timeout_worker_healthcheck=30,
     )
     if instance.num_workers == 1:
         uvicorn.run(module.app, **options)
