@@ -10,7 +10,6 @@ from base64 import b64decode, b64encode
 from typing import Any
 
 import aiohttp
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 from itsdangerous import TimestampSigner
@@ -21,6 +20,7 @@ from nemo_gym.base_resources_server import SimpleResourcesServer
 from nemo_gym.client import cookie_header
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.server import ServerApp
+from tests.unit_tests.in_process_server import serving
 
 
 class EchoServer(SimpleResourcesServer):
@@ -93,36 +93,25 @@ def instances(name: str, num_workers: int, **settings: Any) -> dict[str, gym_con
     return {name: instance}
 
 
-class _Quiet(uvicorn.Server):
-    def capture_signals(self):
-        return contextlib.nullcontext()
-
-
 class Worker:
     """One worker: an EchoServer app on a loopback port (lifespan on, so its private socket runs)."""
 
     def __init__(self, name: str, num_workers: int, socket_dir: str | None, **settings: Any) -> None:
         self.server = EchoServer(name, instances(name, num_workers, **settings), socket_dir)
+        self.app = self.server.build_app()
         self.port = gym_config.free_port()
-        self.uvicorn = _Quiet(uvicorn.Config(self.server.build_app(), host="127.0.0.1", port=self.port, log_level="warning"))
-        self.task: asyncio.Task | None = None
+        self.serving = contextlib.AsyncExitStack()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     async def start(self) -> "Worker":
-        self.task = asyncio.create_task(self.uvicorn.serve())
-        async with asyncio.timeout(10):
-            while not self.uvicorn.started:
-                await asyncio.sleep(0.01)
+        await self.serving.enter_async_context(serving(self.app, self.port))
         return self
 
     async def stop(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.uvicorn.should_exit = True
-            async with asyncio.timeout(15):
-                await self.task
+        await self.serving.aclose()
 
 
 class Caller:
