@@ -68,7 +68,7 @@ def swe_rebench_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str
     sandbox_dir = Path(tempfile.mkdtemp(prefix="swe_rebench_report_"))
     config = shipped_config(
         SWE_REBENCH_DIR / "configs" / "swe_rebench.yaml", "resources_servers", SWE_REBENCH,
-        num_workers=args.workers, sandbox_dir=str(sandbox_dir),
+        num_workers=args.workers, sandbox_dir=str(sandbox_dir), route_sessions=args.routing,
     )
     instances = gym_config.parse(config)
     rows = read_rows(SWE_REBENCH_DIR / "data" / "example.jsonl")
@@ -94,7 +94,9 @@ def swe_rebench_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str
 
 
 def memory_agent_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str]:
-    instances = gym_config.parse(shipped_config(MEMORY_AGENT_CONFIG, "responses_api_agents", MEMORY_AGENT, num_workers=args.workers))
+    instances = gym_config.parse(shipped_config(
+        MEMORY_AGENT_CONFIG, "responses_api_agents", MEMORY_AGENT, num_workers=args.workers, route_sessions=args.routing
+    ))
 
     async def run() -> list[dict]:
         client = ServerClient(instances)
@@ -134,7 +136,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="counter")
     parser.add_argument("--mcp", action="store_const", dest="scenario", const="mcp", help="same as --scenario mcp")
-    parser.add_argument("--no-routing", dest="routing", action="store_false", help="counter and mcp: switch routing off")
+    parser.add_argument("--no-routing", dest="routing", action="store_false", help="switch routing off (to see the bug)")
     args = parser.parse_args()
 
     label, results, note = SCENARIOS[args.scenario](args)
