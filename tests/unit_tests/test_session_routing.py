@@ -134,12 +134,13 @@ async def test_session_of_a_crashed_worker_that_left_its_socket_file_gets_410(pa
 
 async def test_cookie_minted_before_a_restart_gets_410():
     name = f"echo_{uuid.uuid4().hex[:8]}"
-    before = await Worker(name, 2, tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")).start()
+    first_run, second_run = (tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp") for _ in range(2))
     caller = Caller()
     try:
+        before = await Worker(name, 2, first_run).start()
         cookies = await new_session(caller, before)
         await before.stop()
-        after = await Worker(name, 2, tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")).start()
+        after = await Worker(name, 2, second_run).start()
         try:
             response = await caller.post(after, "/increment", cookies)
             assert response.status == 410
@@ -147,6 +148,8 @@ async def test_cookie_minted_before_a_restart_gets_410():
             await after.stop()
     finally:
         await caller.close()
+        os.rmdir(first_run)
+        os.rmdir(second_run)
 
 
 async def test_badly_signed_cookie_is_handled_locally(pair):
