@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-os.environ.setdefault("NEMO_GYM_STATE_DIR", tempfile.mkdtemp(prefix="nemo_gym_test_state_"))
+# Signing secrets made by the tests go to a directory of this run's own, removed when it ends.
+OWN_STATE_DIR = None
+if "NEMO_GYM_STATE_DIR" not in os.environ:
+    OWN_STATE_DIR = os.environ["NEMO_GYM_STATE_DIR"] = tempfile.mkdtemp(prefix="nemo_gym_test_state_")
 
 from nemo_gym import config as gym_config  # noqa: E402
 from nemo_gym.launcher import Launcher  # noqa: E402
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if OWN_STATE_DIR is not None:
+        shutil.rmtree(OWN_STATE_DIR, ignore_errors=True)
 
 
 @pytest.fixture
