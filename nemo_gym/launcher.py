@@ -15,6 +15,7 @@ from pathlib import Path
 
 from nemo_gym.config import REPO_ROOT, Instance, merge
 from nemo_gym.head import HEAD_PORT_ENV
+from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
 from nemo_gym.server import CONFIG_PATH_ENV, INSTANCE_ENV
 
 STOP_GRACE_SECONDS = 15
@@ -33,6 +34,9 @@ class Launcher:
         self.extra_env = extra_env or {}
         self.run_dir = Path(tempfile.mkdtemp(prefix="nemo_gym_run_"))
         self.processes: dict[str, subprocess.Popen] = {}
+        # A socket directory per multi-worker server, made here so that stop() removes it whatever
+        # became of the server's own process.
+        self.socket_dirs: dict[str, str] = {}
 
     @property
     def head_url(self) -> str:
@@ -50,8 +54,11 @@ class Launcher:
         env = {**os.environ, **self.extra_env, CONFIG_PATH_ENV: str(config_path), HEAD_PORT_ENV: str(self.head_port)}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         try:
-            for name in self.instances:
-                self.processes[name] = self._spawn(name, ["nemo_gym.serve"], {**env, INSTANCE_ENV: name})
+            for name, instance in self.instances.items():
+                if instance.num_workers > 1:
+                    self.socket_dirs[name] = make_socket_dir()
+                own_env = {**env, INSTANCE_ENV: name, SOCKET_DIR_ENV: self.socket_dirs.get(name, "")}
+                self.processes[name] = self._spawn(name, ["nemo_gym.serve"], own_env)
             self.processes["head"] = self._spawn("head", ["nemo_gym.head"], env)
             urls = {name: instance.url for name, instance in self.instances.items()} | {"head": self.head_url}
             self._wait_ready(urls, timeout)
@@ -108,6 +115,9 @@ class Launcher:
             process.wait()
         self.processes.clear()
         shutil.rmtree(self.run_dir, ignore_errors=True)
+        for socket_dir in self.socket_dirs.values():
+            remove_socket_dir(socket_dir)
+        self.socket_dirs.clear()
 
     def table(self) -> str:
         rows = [("name", "type", "address", "workers")]

@@ -45,7 +45,11 @@ def main() -> None:
     if not server_class.is_routed(server_class.config_class.model_validate(instance.settings)):
         uvicorn.run(f"{instance.module}:app", workers=instance.num_workers, **options)
         return
-    # Every worker serves a private socket in this directory; it goes when the server stops.
+    # Every worker serves a private socket in this directory; it goes when the server stops. A
+    # launcher may hand one over, so that it can remove it even if this process is killed.
+    if os.environ.get(SOCKET_DIR_ENV):
+        uvicorn.run(f"{instance.module}:app", workers=instance.num_workers, **options)
+        return
     os.environ[SOCKET_DIR_ENV] = socket_dir = make_socket_dir()
     try:
         uvicorn.run(f"{instance.module}:app", workers=instance.num_workers, **options)

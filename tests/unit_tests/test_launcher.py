@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import urllib.request
 from pathlib import Path
@@ -92,3 +93,16 @@ def test_the_processes_get_the_launchers_extra_environment(tmp_path):
         launcher.stop()
     assert f"NEMO_GYM_TEST_MARKER={marker}".encode() in environ
     assert os.environ.get("NEMO_GYM_TEST_MARKER") is None
+
+
+def test_stop_removes_the_socket_directory_of_a_server_whose_process_was_killed():
+    instances = gym_config.parse({"counter": {"resources_servers": {"example_session_state_mgmt": {"num_workers": 2}}}})
+    launcher = Launcher(instances, gym_config.free_port()).start(timeout=60)
+    socket_dir = launcher.socket_dirs["counter"]
+    try:
+        os.kill(launcher.processes["counter"].pid, signal.SIGKILL)  # its own cleanup never runs
+        launcher.processes["counter"].wait(timeout=10)
+        assert os.path.isdir(socket_dir)
+    finally:
+        launcher.stop()
+    assert not os.path.exists(socket_dir)
