@@ -24,6 +24,7 @@ HOP_BY_HOP = frozenset(
 # Headers aiohttp would add on its own; a forwarded request carries only the caller's.
 NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 WHOLE_REPLY_BYTES = 64 * 1024
+CLIENT_HEADER_NAME = CLIENT_HEADER.decode()
 
 
 class OwnerGone(Exception):
@@ -133,14 +134,14 @@ class Exchange:
         scope = self.scope
         headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"] if name not in HOP_BY_HOP]
         if scope.get("client"):
-            headers.append((CLIENT_HEADER.decode(), "%s:%d" % tuple(scope["client"])))
+            headers.append((CLIENT_HEADER_NAME, "%s:%d" % tuple(scope["client"])))
         body = await self.body_start()
         path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         url = URL.build(scheme="http", host="owner", path=path, query=scope["query_string"].decode("latin-1"), encoded=True)
         # connect() and the request start in one step, so no other task can close the session between.
         async with connect().request(scope["method"], url, headers=headers, data=body) as reply:
             self.started = True
-            headers = [(name.lower(), value) for name, value in reply.raw_headers if name.lower() not in HOP_BY_HOP]
+            headers = [(name, value) for name, value in reply.raw_headers if name.lower() not in HOP_BY_HOP]
             await self.send({"type": "http.response.start", "status": reply.status, "headers": headers})
             if reply.content_length is not None and reply.content_length <= WHOLE_REPLY_BYTES:
                 # A small reply of known length goes back in one message.
