@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
-class CancelOnDisconnect:
-    """Reads the connection's messages on the handler's behalf and cancels it on ``http.disconnect``.
 
-    The handler still sees every message (the body, then the disconnect) in order, one at a time.
+class CancelOnDisconnect:
+    """Cancels the request's handler when ``http.disconnect`` arrives before its reply is complete.
+
+    The handler reads its body as usual. Once the body is read (at once, for a request without one),
+    a watcher takes over the connection's messages; a later ``receive()`` by the handler waits for the
+    watcher's word that the caller left. A handler that leaves a body unread is not watched.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -21,8 +23,38 @@ class CancelOnDisconnect:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        messages: asyncio.Queue[Message] = asyncio.Queue(maxsize=1)
-        replied = False
+        handler = asyncio.current_task()
+        caller_left = asyncio.Event()
+        replied = cancelled = body_read = False
+        watcher: asyncio.Task | None = None
+
+        async def watch() -> None:
+            nonlocal cancelled
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            caller_left.set()
+            if not replied:
+                cancelled = True
+                handler.cancel()
+
+        def start_watching() -> None:
+            nonlocal watcher
+            watcher = asyncio.ensure_future(watch())
+
+        async def receive_body() -> Message:
+            nonlocal body_read
+            if body_read:
+                await caller_left.wait()
+                return {"type": "http.disconnect"}
+            body_read = True
+            if watcher is not None:  # no body: the watcher reads the connection from the start
+                return {"type": "http.request", "body": b"", "more_body": False}
+            message = await receive()
+            if message.get("more_body", False):
+                body_read = False
+            else:
+                start_watching()
+            return message
 
         async def send_and_note(message: Message) -> None:
             nonlocal replied
@@ -30,24 +62,21 @@ class CancelOnDisconnect:
                 replied = True
             await send(message)
 
-        handler = asyncio.ensure_future(self.app(scope, messages.get, send_and_note))
-
-        async def pump() -> None:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect" and not replied:
-                    handler.cancel()
-                await messages.put(message)
-                if message["type"] == "http.disconnect":
-                    return
-
-        pumping = asyncio.ensure_future(pump())
+        if not has_body(scope):
+            start_watching()
         try:
-            await handler
+            await self.app(scope, receive_body, send_and_note)
         except asyncio.CancelledError:
-            if not handler.cancelled():
+            if not cancelled:
                 raise
+            handler.uncancel()
         finally:
-            pumping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pumping
+            if watcher is not None:
+                watcher.cancel()
+
+
+def has_body(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding" or (name == b"content-length" and value != b"0"):
+            return True
+    return False
