@@ -79,8 +79,10 @@ def serve(module: str) -> None:
     if instance.num_workers == 1:
         uvicorn.run(importlib.import_module(module).app, **options)
         return
-    made_here = SOCKET_DIR_ENV not in os.environ
-    socket_dir = os.environ.setdefault(SOCKET_DIR_ENV, make_socket_dir())
+    made_here = not os.environ.get(SOCKET_DIR_ENV)
+    if made_here:
+        os.environ[SOCKET_DIR_ENV] = make_socket_dir()
+    socket_dir = os.environ[SOCKET_DIR_ENV]
     try:
         uvicorn.run(f"{module}:app", workers=instance.num_workers, **options)
     finally:
