@@ -9,14 +9,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym import config as gym_config
-from nemo_gym.client import ServerClient
+from nemo_gym.client import ServerClient, ServerReply
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.owner import OwnerReader
 from nemo_gym.routing.private_server import PrivateEntrance, PrivateServer
@@ -145,3 +145,11 @@ def set_cookies(response: Any, cookies: dict[str, str]) -> None:
     """Hand the cookies of every server a session touched back to the caller."""
     for key, value in cookies.items():
         response.set_cookie(key, value, httponly=True, samesite="lax")
+
+
+def checked(reply: ServerReply, what: str) -> ServerReply:
+    """Pass a failed hop on to the caller: a client error keeps its status (a lost session stays a 410)."""
+    if reply.ok:
+        return reply
+    status = reply.status if 400 <= reply.status < 500 else 502
+    raise HTTPException(status, f"{what} answered {reply.status}: {reply.text}")

@@ -14,8 +14,7 @@ from fastapi import HTTPException, Request, Response as HTTPResponse
 from nemo_gym.base_responses_api_agent import BaseRunRequest, SimpleResponsesAPIAgent
 from nemo_gym.config import ServerRef
 from nemo_gym.openai_types import ResponseCreateParams
-from nemo_gym.server import ServerApp, set_cookies
-from responses_api_agents.simple_agent.app import checked
+from nemo_gym.server import ServerApp, checked, set_cookies
 
 
 class LegacyAgentConfig(SimpleResponsesAPIAgent.config_class):

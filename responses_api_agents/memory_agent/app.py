@@ -19,8 +19,7 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.base_responses_api_agent import BaseRunRequest, SimpleResponsesAPIAgent
 from nemo_gym.config import ServerRef
 from nemo_gym.openai_types import InputItem, Response, ResponseCreateParams
-from nemo_gym.server import ServerApp
-from responses_api_agents.simple_agent.app import checked
+from nemo_gym.server import ServerApp, checked
 
 
 class MemoryAgentConfig(SimpleResponsesAPIAgent.config_class):

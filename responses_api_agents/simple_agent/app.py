@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import HTTPException, Request, Response as HTTPResponse
+from fastapi import Request, Response as HTTPResponse
 
 from nemo_gym.base_responses_api_agent import BaseRunRequest, SimpleResponsesAPIAgent
 from nemo_gym.config import ServerRef
@@ -16,8 +16,7 @@ from nemo_gym.openai_types import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
 )
-from nemo_gym.client import ServerReply
-from nemo_gym.server import ServerApp, set_cookies
+from nemo_gym.server import ServerApp, checked, set_cookies
 
 
 class SimpleAgentConfig(SimpleResponsesAPIAgent.config_class):
@@ -81,14 +80,6 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         cookies.update(checked(verify, f"{resources}/verify").cookies)
         set_cookies(response, cookies)
         return verify.body
-
-
-def checked(reply: ServerReply, what: str) -> ServerReply:
-    """Pass a failed hop on to the caller: a client error keeps its status (a lost session stays a 410)."""
-    if reply.ok:
-        return reply
-    status = reply.status if 400 <= reply.status < 500 else 502
-    raise HTTPException(status, f"{what} answered {reply.status}: {reply.text}")
 
 
 app = ServerApp(SimpleAgent)
