@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import shutil
 import tempfile
 from pathlib import Path
@@ -22,11 +21,11 @@ from nemo_gym.client import ServerClient
 from nemo_gym.launcher import Launcher
 from nemo_gym.presets import agent_name, environment_trio
 from nemo_gym.rollouts import read_rows, run_episodes
+from resources_servers.example_session_state_mgmt.episodes import plus_one_plus_two
 from resources_servers.example_session_state_mgmt.mcp_sequences import run_sequences
 from responses_api_agents.memory_agent.conversations import run_conversations
 
 RESOURCES_SERVER = "example_session_state_mgmt"
-DATA = gym_config.REPO_ROOT / "resources_servers" / RESOURCES_SERVER / "data" / "example.jsonl"
 SWE_REBENCH = "swe_rebench"
 SWE_REBENCH_DIR = gym_config.REPO_ROOT / "resources_servers" / SWE_REBENCH
 SWE_REBENCH_RELAY = "swe_rebench_legacy_agent"
@@ -34,14 +33,8 @@ MEMORY_AGENT = "memory_agent"
 MEMORY_AGENT_CONFIG = gym_config.REPO_ROOT / "responses_api_agents" / MEMORY_AGENT / "configs" / "memory_agent.yaml"
 
 
-def counter_row(row: dict, seed: int) -> dict:
-    """The first example task (+1 then +2) with its own start, so episodes are distinguishable."""
-    return {**row, "initial_count": seed, "expected_count": seed + 3}
-
-
 async def run_report(instances: dict, episodes: int, concurrency: int) -> list[dict]:
-    row = read_rows(DATA, limit=1)[0]
-    rows = [counter_row(row, seed) for seed in itertools.islice(itertools.count(), episodes)]
+    rows = plus_one_plus_two(episodes)
     client = ServerClient(instances)
     try:
         return await run_episodes(client, agent_name(RESOURCES_SERVER), rows, concurrency, progress=False)

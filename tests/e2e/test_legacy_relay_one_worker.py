@@ -7,7 +7,8 @@ import asyncio
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
 from nemo_gym.config import REPO_ROOT
-from nemo_gym.rollouts import read_rows, run_episodes
+from nemo_gym.rollouts import run_episodes
+from resources_servers.example_session_state_mgmt.episodes import plus_one_plus_two
 
 COUNTER = "example_session_state_mgmt"
 RELAY = "legacy_agent"
@@ -15,7 +16,6 @@ CONFIGS = [
     REPO_ROOT / "resources_servers" / COUNTER / "configs" / f"{COUNTER}.yaml",
     REPO_ROOT / "responses_api_agents" / "legacy_agent" / "configs" / "legacy_agent.yaml",
 ]
-DATA = REPO_ROOT / "resources_servers" / COUNTER / "data" / "example.jsonl"
 EPISODES = 200
 
 
@@ -31,16 +31,11 @@ def counter_behind_relay(**counter_settings) -> dict:
     )
 
 
-def episodes_plus_one_plus_two() -> list[dict]:
-    row = read_rows(DATA, limit=1)[0]  # "Add 1, then add 2, then get the count"
-    return [{**row, "initial_count": start, "expected_count": start + 3} for start in range(EPISODES)]
-
-
 def run_through_relay(instances: dict) -> list[dict]:
     async def run() -> list[dict]:
         client = ServerClient(instances)
         try:
-            return await run_episodes(client, RELAY, episodes_plus_one_plus_two(), EPISODES, progress=False)
+            return await run_episodes(client, RELAY, plus_one_plus_two(EPISODES), EPISODES, progress=False)
         finally:
             await client.close()
 
@@ -59,7 +54,7 @@ def test_the_relay_hands_back_the_cookies_of_every_server_the_session_touched(st
     async def one_episode():
         client = ServerClient(launcher.instances)
         try:
-            return await client.post(RELAY, "/run", json=episodes_plus_one_plus_two()[0])
+            return await client.post(RELAY, "/run", json=plus_one_plus_two(EPISODES)[0])
         finally:
             await client.close()
 

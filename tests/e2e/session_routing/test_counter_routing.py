@@ -12,14 +12,14 @@ import aiohttp
 
 from nemo_gym.client import ServerClient
 from nemo_gym.presets import agent_name, environment_trio
-from nemo_gym.rollouts import read_rows, run_episodes
+from nemo_gym.rollouts import run_episodes
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions import session_secret
+from resources_servers.example_session_state_mgmt.episodes import plus_one_plus_two
 from tests.unit_tests.routing_workers import session_of
 
 COUNTER = "example_session_state_mgmt"
 EPISODES = 200
-DATA = Path(__file__).resolve().parents[3] / "resources_servers" / COUNTER / "data" / "example.jsonl"
 
 
 def trio(num_workers: int, route_sessions: bool = True) -> dict:
@@ -28,15 +28,10 @@ def trio(num_workers: int, route_sessions: bool = True) -> dict:
     return config
 
 
-def episodes_plus_one_plus_two() -> list[dict]:
-    row = read_rows(DATA, limit=1)[0]  # "Add 1, then add 2, then get the count"
-    return [{**row, "initial_count": start, "expected_count": start + 3} for start in range(EPISODES)]
-
-
 async def run_all(instances) -> list[dict]:
     client = ServerClient(instances)
     try:
-        return await run_episodes(client, agent_name(COUNTER), episodes_plus_one_plus_two(), EPISODES, progress=False)
+        return await run_episodes(client, agent_name(COUNTER), plus_one_plus_two(EPISODES), EPISODES, progress=False)
     finally:
         await client.close()
 
