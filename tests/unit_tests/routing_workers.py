@@ -79,6 +79,15 @@ class EchoServer(SimpleResourcesServer):
         return {"status": "finished"}
 
 
+class McpPathEchoServer(EchoServer):
+    """EchoServer that also echoes under /mcp, the path where the session token outranks the cookie."""
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.api_route("/mcp/{rest:path}", methods=["POST"])(self.echo)
+        return app
+
+
 app = ServerApp(EchoServer)
 
 
@@ -96,8 +105,10 @@ def instances(name: str, num_workers: int, **settings: Any) -> dict[str, gym_con
 class Worker:
     """One worker: an EchoServer app on a loopback port (lifespan on, so its private socket runs)."""
 
-    def __init__(self, name: str, num_workers: int, socket_dir: str | None, **settings: Any) -> None:
-        self.server = EchoServer(name, instances(name, num_workers, **settings), socket_dir)
+    def __init__(
+        self, name: str, num_workers: int, socket_dir: str | None, server_class: type[EchoServer] = EchoServer, **settings: Any
+    ) -> None:
+        self.server = server_class(name, instances(name, num_workers, **settings), socket_dir)
         self.app = self.server.build_app()
         self.port = gym_config.free_port()
         self.serving = contextlib.AsyncExitStack()

@@ -18,6 +18,7 @@ from nemo_gym.session_token import TOKEN_HEADER, mint_token, token_serializer
 from tests.unit_tests.routing_workers import (
     Caller,
     EchoServer,
+    McpPathEchoServer,
     Worker,
     owner_of,
     session_of,
@@ -297,3 +298,22 @@ async def test_badly_signed_mcp_token_is_handled_locally(pair):
     for bad in (token, "garbage"):
         body = await (await caller.post(b, "/echo/x", headers={TOKEN_HEADER: bad})).json()
         assert body["worker"] == b.server.worker_id
+
+
+async def test_on_the_mcp_path_the_token_outranks_the_cookie_and_elsewhere_the_cookie_does():
+    socket_dir = tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")
+    name = f"echo_{uuid.uuid4().hex[:8]}"
+    a = await Worker(name, 2, socket_dir, McpPathEchoServer).start()
+    b = await Worker(name, 2, socket_dir, McpPathEchoServer).start()
+    caller = Caller()
+    try:
+        cookies_of_b = await new_session(caller, b)
+        token_of_a = mint_token(token_serializer(a.server.secret), "s", a.server.worker_id)
+        both = {"cookies": cookies_of_b, "headers": {TOKEN_HEADER: token_of_a}}
+        assert (await (await caller.post(b, "/mcp/x", **both)).json())["worker"] == a.server.worker_id
+        assert (await (await caller.post(a, "/echo/x", **both)).json())["worker"] == b.server.worker_id
+    finally:
+        await caller.close()
+        await a.stop()
+        await b.stop()
+        os.rmdir(socket_dir)
