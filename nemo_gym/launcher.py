@@ -15,6 +15,7 @@ from pathlib import Path
 
 from nemo_gym.config import REPO_ROOT, Instance, merge
 from nemo_gym.head import HEAD_PORT_ENV
+from nemo_gym.routing.liveness import live_workers
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
 from nemo_gym.server import CONFIG_PATH_ENV, INSTANCE_ENV
 
@@ -85,17 +86,26 @@ class Launcher:
             for name, url in list(waiting.items()):
                 if self.processes[name].poll() is not None:
                     raise LaunchError(f"server {name!r} exited with code {self.processes[name].returncode}:\n{self.log_tail(name)}")
-                try:
-                    with urllib.request.urlopen(f"{url}/", timeout=2) as reply:
-                        if reply.status == 200:
-                            del waiting[name]
-                except OSError:
-                    pass
+                if self._every_worker_serves(name) and self._answers(url):
+                    del waiting[name]
             if waiting and time.monotonic() > deadline:
                 logs = "".join(f"\n--- {name} ---\n{self.log_tail(name)}" for name in sorted(waiting))
-                raise LaunchError(f"servers {sorted(waiting)} did not answer GET / within {timeout} s:{logs}")
+                raise LaunchError(f"servers {sorted(waiting)} did not have every worker serving within {timeout} s:{logs}")
             if waiting:
                 time.sleep(0.1)
+
+    def _every_worker_serves(self, name: str) -> bool:
+        """A multi-worker server is up only once each of its workers holds its life lock."""
+        socket_dir = self.socket_dirs.get(name)
+        return socket_dir is None or live_workers(socket_dir) >= self.instances[name].num_workers
+
+    @staticmethod
+    def _answers(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"{url}/", timeout=2) as reply:
+                return reply.status == 200
+        except OSError:
+            return False
 
     def stop(self) -> None:
         """SIGTERM each process, give it time to shut down, then SIGKILL whatever is left of its group."""

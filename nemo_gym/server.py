@@ -17,9 +17,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient, ServerReply
+from nemo_gym.errors import ServerErrorsAsJson, server_error
 from nemo_gym.routing.forwarder import Forwarder
+from nemo_gym.routing.liveness import LifeLock
 from nemo_gym.routing.owner import OwnerReader
-from nemo_gym.routing.private_server import PrivateEntrance, PrivateServer
+from nemo_gym.routing.private_server import PrivateServer
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, new_worker_id, socket_path
 from nemo_gym.session_token import token_serializer
@@ -61,11 +63,15 @@ class SimpleServer:
         self.server_client = ServerClient(instances)
         # This worker's ID, stamped into the sessions it creates; None when nothing is routed.
         self.worker_id: str | None = None
+        # Where each worker holds its life lock (and, routed, serves its private socket).
         self.socket_dir: str | None = None
         if self.is_routed(self.config):
             self.worker_id = new_worker_id()
             self.socket_dir = socket_dir or os.environ[SOCKET_DIR_ENV]
             self.forwarder = Forwarder(self.socket_dir)
+        elif self.config.num_workers > 1:
+            # Unrouted workers too tell the launcher, by their lock, that they serve.
+            self.socket_dir = socket_dir or os.environ.get(SOCKET_DIR_ENV) or None
 
     @classmethod
     def is_routed(cls, config: BaseServerConfig) -> bool:
@@ -90,38 +96,47 @@ class SimpleServer:
         app.add_exception_handler(Exception, self.unhandled_error)
         return app
 
+    @property
+    def session_options(self) -> dict[str, Any]:
+        """SessionMiddleware's settings: the app's, and the router's reading of the same cookie."""
+        return {"secret_key": self.secret, "session_cookie": self.session_cookie}
+
     def build_app(self) -> ASGIApp:
         """The app uvicorn serves: with routing, the session router in front of everything else."""
         app = self.setup_webserver()
+        app.add_middleware(ServerErrorsAsJson)
         app.add_middleware(SessionIdMiddleware, owner=self.worker_id)
-        app.add_middleware(SessionMiddleware, secret_key=self.secret, session_cookie=self.session_cookie)
+        app.add_middleware(SessionMiddleware, **self.session_options)
         if self.worker_id is None:
             return app
-        owners = OwnerReader(self.secret, self.session_cookie, token_serializer(self.secret))
+        owners = OwnerReader(self.session_options, token_serializer(self.secret))
         return SessionRouter(app, self.worker_id, owners, self.forwarder)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
-        try:
-            if self.worker_id is None:
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(self.server_client.close)
+            if self.socket_dir is None:
                 yield
                 return
-            # Other workers reach this one's sessions only once its own start-up is done.
-            private = PrivateServer(PrivateEntrance(app), socket_path(self.socket_dir, self.worker_id))
-            await private.start()
-            try:
-                yield
-            finally:
-                await private.stop()
-                await self.forwarder.close()
-        finally:
-            await self.server_client.close()
+            life_lock = LifeLock(self.socket_dir, self.worker_id or new_worker_id())
+            stack.callback(life_lock.release)
+            if self.worker_id is not None:
+                # Other workers reach this one's sessions only once its own start-up is done.
+                private = PrivateServer(app, socket_path(self.socket_dir, self.worker_id))
+                stack.push_async_callback(self.forwarder.close)
+                await private.start()
+                stack.push_async_callback(private.stop)
+            # Held from now until the private socket is gone: while it is, this worker is alive.
+            life_lock.hold()
+            yield
 
     async def liveness(self) -> dict[str, str]:
         return {"status": "ok"}
 
     async def unhandled_error(self, request: Request, error: Exception) -> JSONResponse:
-        return JSONResponse(status_code=500, content={"detail": repr(error)})
+        """An error outside the session layer (the layer inside it answers the handlers' own)."""
+        return server_error(error)
 
 
 class ServerApp:

@@ -42,8 +42,11 @@ def session_secret(instance_name: str, configured: str | None = None) -> str:
 class SessionIdMiddleware:
     """Sits inside SessionMiddleware and makes sure every session has a ``session_id``.
 
-    With several workers it also stamps the session with its owner, this worker, when the session has
-    none yet: a new session, or one minted by a single-worker server, which this worker adopts.
+    It writes the id back on every request, so every reply carries the session cookie (Starlette
+    sends one only for a changed session): a client that replaces its cookies with each reply's,
+    as upstream NeMo Gym's agents do, keeps its session. With several workers it also stamps the
+    session with its owner, this worker, when the session has none yet: a new session, or one minted
+    by a single-worker server, which this worker adopts.
     """
 
     def __init__(self, app: ASGIApp, owner: str | None = None) -> None:
@@ -53,8 +56,7 @@ class SessionIdMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             session = scope["session"]
-            if SESSION_ID_KEY not in session:
-                session[SESSION_ID_KEY] = uuid.uuid4().hex
+            session[SESSION_ID_KEY] = session.get(SESSION_ID_KEY) or uuid.uuid4().hex
             if self.owner is not None and OWNER_KEY not in session:
                 session[OWNER_KEY] = self.owner
         await self.app(scope, receive, send)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
 
+from nemo_gym.routing.liveness import is_alive, lock_path
 from nemo_gym.routing.private_server import CLIENT_HEADER, PRIVATE_KEEP_ALIVE_SECONDS
 from nemo_gym.routing.worker import socket_path
 
@@ -25,10 +27,23 @@ HOP_BY_HOP = frozenset(
 NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 WHOLE_REPLY_BYTES = 64 * 1024
 CLIENT_HEADER_NAME = CLIENT_HEADER.decode()
+# A live owner that takes no connection (its backlog full while it is busy) is retried, with pauses
+# growing from the first to the last, for this long; then the caller gets a 503 with Retry-After.
+BUSY_OWNER_WAIT_SECONDS = 30
+FIRST_RETRY_PAUSE_SECONDS = 0.005
+LAST_RETRY_PAUSE_SECONDS = 0.25
+RETRY_AFTER_SECONDS = 1
+
+# What aiohttp sends: the whole body, a stream of it, or none.
+RequestBody = bytes | AsyncIterator[bytes] | None
 
 
 class OwnerGone(Exception):
-    """The owner's socket is missing or refuses connections: its worker, and the session, are gone."""
+    """The owner's process is dead (its life lock is free): its sessions went with it."""
+
+
+class OwnerBusy(Exception):
+    """The owner lives but has taken no connection for the forwarder's ``busy_wait_seconds``."""
 
 
 class CallerLeft(Exception):
@@ -45,50 +60,76 @@ def lost_session(owner: str) -> JSONResponse:
     )
 
 
-async def is_listening(path: str) -> bool:
-    try:
-        _, writer = await asyncio.open_unix_connection(path)
-    except OSError:
-        return False
-    writer.close()
-    return True
+def busy_owner(owner: str, waited_seconds: float) -> JSONResponse:
+    return JSONResponse(
+        status_code=503,
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        content={
+            "detail": f"Worker {owner}, which owns this session, is alive but took no connection for "
+            f"{waited_seconds:g} s; the session is intact. Retry later."
+        },
+    )
 
 
 class Forwarder:
     """Sends requests to owner workers: one aiohttp session, with pooled connections, per owner socket."""
 
-    def __init__(self, socket_dir: str) -> None:
+    def __init__(self, socket_dir: str, busy_wait_seconds: float = BUSY_OWNER_WAIT_SECONDS) -> None:
         self.socket_dir = socket_dir
+        self.busy_wait_seconds = busy_wait_seconds
         self.sessions: dict[str, aiohttp.ClientSession] = {}
 
     async def forward(self, owner: str, scope: Scope, receive: Receive, send: Send) -> None:
-        """Forward and stream back, or answer 410 if the owner is gone. A caller that leaves cancels it."""
+        """Forward and stream back; 410 if the owner is dead, 503 if it stays too busy to connect.
+
+        A caller that leaves cancels it. Only a dead owner's pooled connections are dropped: closing a
+        live owner's would abort the requests it is serving.
+        """
         exchange = Exchange(scope, receive, send)
         try:
-            await exchange.run(lambda: self.session_for(owner))
+            await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body))
         except OwnerGone:
-            await self.drop(owner)
+            await self.forget(owner)
             await lost_session(owner)(scope, receive, send)
+        except OwnerBusy:
+            await busy_owner(owner, self.busy_wait_seconds)(scope, receive, send)
         except (CallerLeft, aiohttp.ClientConnectionError) as error:
             if exchange.caller_left:
                 return
             if exchange.started:
                 raise  # the reply is half sent: only a closed connection can tell the caller
-            if await is_listening(socket_path(self.socket_dir, owner)):
-                detail = f"Forwarding to worker {owner}, which owns this session, failed: {error!r}"
-                await JSONResponse(status_code=502, content={"detail": detail})(scope, receive, send)
+            if not is_alive(self.socket_dir, owner):
+                await self.forget(owner)
+                await lost_session(owner)(scope, receive, send)
                 return
-            await self.drop(owner)
-            await lost_session(owner)(scope, receive, send)
+            detail = f"Forwarding to worker {owner}, which owns this session, failed: {error!r}"
+            await JSONResponse(status_code=502, content={"detail": detail})(scope, receive, send)
+
+    async def relay_when_reachable(self, owner: str, exchange: "Exchange", body: RequestBody) -> None:
+        """Relay, retrying while the owner lives but cannot take the connection yet (its backlog is full)."""
+        deadline = None
+        pause = FIRST_RETRY_PAUSE_SECONDS
+        while True:
+            try:
+                await exchange.relay(self.session_for(owner), body)
+                return
+            except aiohttp.ClientConnectorError:  # no connection: nothing of the request was sent
+                if not is_alive(self.socket_dir, owner):
+                    raise OwnerGone(owner) from None
+                now = asyncio.get_running_loop().time()
+                deadline = deadline or now + self.busy_wait_seconds
+                if now >= deadline:
+                    raise OwnerBusy(owner) from None
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, LAST_RETRY_PAUSE_SECONDS)
 
     def session_for(self, owner: str) -> aiohttp.ClientSession:
         session = self.sessions.get(owner)
         if session is None or session.closed:
-            path = socket_path(self.socket_dir, owner)
-            if not os.path.exists(path):
-                raise OwnerGone(owner)
             session = aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(path, limit=0, keepalive_timeout=FORWARD_KEEP_ALIVE_SECONDS),
+                connector=aiohttp.UnixConnector(
+                    socket_path(self.socket_dir, owner), limit=0, keepalive_timeout=FORWARD_KEEP_ALIVE_SECONDS
+                ),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 auto_decompress=False,
                 skip_auto_headers=NO_AUTO_HEADERS,
@@ -97,14 +138,19 @@ class Forwarder:
             self.sessions[owner] = session
         return session
 
-    async def drop(self, owner: str) -> None:
+    async def forget(self, owner: str) -> None:
+        """Close a dead owner's pool and remove what its process left in the socket directory."""
         session = self.sessions.pop(owner, None)
         if session is not None:
             await session.close()
+        for path in (socket_path(self.socket_dir, owner), lock_path(self.socket_dir, owner)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     async def close(self) -> None:
-        for owner in list(self.sessions):
-            await self.drop(owner)
+        for session in self.sessions.values():
+            await session.close()
+        self.sessions.clear()
 
 
 class Exchange:
@@ -119,10 +165,12 @@ class Exchange:
         self.finished = False
         self.caller_left = False
 
-    async def run(self, connect: Callable[[], aiohttp.ClientSession]) -> None:
+    async def run(self, relay: Callable[[RequestBody], Awaitable[None]]) -> None:
+        """Read the start of the body, then ``relay`` it; a caller that leaves meanwhile cancels it."""
+        body = await self.body_start()
         watcher = asyncio.ensure_future(self.cancel_when_caller_leaves(asyncio.current_task()))
         try:
-            await self.relay(connect)
+            await relay(body)
         except asyncio.CancelledError:
             if not self.caller_left:
                 raise
@@ -130,16 +178,15 @@ class Exchange:
         finally:
             watcher.cancel()
 
-    async def relay(self, connect: Callable[[], aiohttp.ClientSession]) -> None:
+    async def relay(self, session: aiohttp.ClientSession, body: RequestBody) -> None:
         scope = self.scope
         headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"] if name not in HOP_BY_HOP]
         if scope.get("client"):
             headers.append((CLIENT_HEADER_NAME, "%s:%d" % tuple(scope["client"])))
-        body = await self.body_start()
         path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         url = URL.build(scheme="http", host="owner", path=path, query=scope["query_string"].decode("latin-1"), encoded=True)
-        # connect() and the request start in one step, so no other task can close the session between.
-        async with connect().request(scope["method"], url, headers=headers, data=body) as reply:
+        # No await before the request starts, so no other task can close the session in between.
+        async with session.request(scope["method"], url, headers=headers, data=body) as reply:
             self.started = True
             headers = [(name, value) for name, value in reply.raw_headers if name.lower() not in HOP_BY_HOP]
             await self.send({"type": "http.response.start", "status": reply.status, "headers": headers})
@@ -154,7 +201,7 @@ class Exchange:
             self.finished = True
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    async def body_start(self) -> bytes | AsyncIterator[bytes] | None:
+    async def body_start(self) -> RequestBody:
         """The request body for aiohttp: the bytes, if they came in one message; otherwise a stream."""
         if not any(name in (b"content-length", b"transfer-encoding") for name, _ in self.scope["headers"]):
             self.body_sent.set()

@@ -1,63 +1,99 @@
-"""Reading a request's owner worker from its signed session cookie or its MCP session token."""
+"""Reading a request's owner worker from its signed session cookie or its MCP session token.
+
+The router reads the session exactly as the app will: Starlette's own ``SessionMiddleware`` (built
+with the app's settings) loads it from the Cookie header, and the token is the first
+``X-NeMo-Gym-Session-Token`` header, as the MCP endpoint takes it. A request that names its session
+twice, differently, is refused rather than routed by one reading and served by another.
+"""
 
 from __future__ import annotations
 
-import json
-from base64 import b64decode
+from typing import Any
 
-from itsdangerous import BadSignature, TimestampSigner
 from itsdangerous import URLSafeSerializer
-from starlette.types import Scope
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import cookie_parser
+from starlette.types import Receive, Scope, Send
 
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.session_token import TOKEN_HEADER, read_token
 
-SESSION_MAX_AGE = 14 * 24 * 60 * 60  # Starlette SessionMiddleware's default, which the servers use
 MCP_PATH = "/mcp"
 TOKEN_HEADER_KEY = TOKEN_HEADER.lower().encode()
 
 
+class AmbiguousSession(Exception):
+    """The request names two different sessions in one header: routing by either would be a guess."""
+
+    def __init__(self, header: str) -> None:
+        super().__init__(header)
+        self.header = header
+
+    @property
+    def detail(self) -> str:
+        return (
+            f"The {self.header} header names this server's session more than once, with different values "
+            "(or outside the first Cookie header, which the server does not read): send exactly one."
+        )
+
+
+async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:
+    """The app behind the session loader: loading the session is all the router wants of it."""
+
+
 class OwnerReader:
-    """Finds the owner a request names, verifying signatures exactly as the server itself would.
+    """Finds the owner a request names, reading the session the way the app behind the router will.
 
     Returns None for a request that names no owner: no cookie or token, a bad signature, or a
     session minted without one. Such requests are handled locally.
     """
 
-    def __init__(self, secret: str, cookie_name: str, token_serializer: URLSafeSerializer) -> None:
-        self.signer = TimestampSigner(secret)
-        self.cookie_prefix = f"{cookie_name}="
+    def __init__(self, session_options: dict[str, Any], token_serializer: URLSafeSerializer) -> None:
+        self.session_loader = SessionMiddleware(_nothing, **session_options)
+        self.cookie_name = self.session_loader.session_cookie
         self.token_serializer = token_serializer
 
-    def owner(self, scope: Scope) -> object | None:
-        cookie = token = None
+    async def owner(self, scope: Scope) -> object | None:
+        """The owner the request names; raises ``AmbiguousSession`` if it names two sessions."""
+        cookie_headers: list[str] = []
+        tokens: list[str] = []
         for name, value in scope["headers"]:
             if name == b"cookie":
-                cookie = self.session_cookie(value.decode("latin-1")) or cookie
+                cookie_headers.append(value.decode("latin-1"))
             elif name == TOKEN_HEADER_KEY:
-                token = value.decode("latin-1")
+                tokens.append(value.decode("latin-1"))
+        if len(set(tokens)) > 1:
+            raise AmbiguousSession(TOKEN_HEADER)
+        has_cookie = self.has_session_cookie(cookie_headers)
         path = scope["path"]
         token_first = path == MCP_PATH or path.startswith(MCP_PATH + "/")
-        if token is not None and (token_first or cookie is None):
-            return self.token_owner(token)
-        if cookie is not None:
-            return self.cookie_owner(cookie)
+        if tokens and (token_first or not has_cookie):
+            payload = read_token(self.token_serializer, tokens[0])
+            return payload.get(OWNER_KEY) if payload else None
+        if has_cookie:
+            return (await self.session(scope)).get(OWNER_KEY)
         return None
 
-    def session_cookie(self, header: str) -> str | None:
-        for part in header.split(";"):
-            part = part.strip()
-            if part.startswith(self.cookie_prefix):
-                return part[len(self.cookie_prefix):]
-        return None
+    def has_session_cookie(self, cookie_headers: list[str]) -> bool:
+        """Whether the app will load a session cookie, after checking that it can load only one.
 
-    def cookie_owner(self, cookie: str) -> object | None:
-        try:
-            data = json.loads(b64decode(self.signer.unsign(cookie, max_age=SESSION_MAX_AGE)))
-        except (BadSignature, ValueError):
-            return None
-        return data.get(OWNER_KEY) if isinstance(data, dict) else None
+        Starlette reads the first Cookie header and, within it, the last occurrence of a name. Every
+        occurrence is read here with Starlette's parser, chunk by chunk, to see whether they agree.
+        """
+        values = {
+            parsed[self.cookie_name]
+            for header in cookie_headers
+            for chunk in header.split(";")
+            if self.cookie_name in (parsed := cookie_parser(chunk))
+        }
+        if not values:
+            return False
+        if len(values) > 1 or self.cookie_name not in cookie_parser(cookie_headers[0]):
+            raise AmbiguousSession("Cookie")
+        return True
 
-    def token_owner(self, token: str) -> object | None:
-        payload = read_token(self.token_serializer, token)
-        return payload.get(OWNER_KEY) if payload else None
+    async def session(self, scope: Scope) -> dict:
+        """The session the app's SessionMiddleware will load for this request (empty if the cookie is bad)."""
+        probe: dict[str, Any] = {"type": "http", "headers": scope["headers"]}
+        await self.session_loader(probe, _nothing, _nothing)
+        return probe["session"]

@@ -20,6 +20,9 @@ from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
 CLIENT_HEADER = b"x-nemo-gym-client"
 # Longer than the forwarder's, so the forwarding side always closes an idle connection first.
 PRIVATE_KEEP_ALIVE_SECONDS = 30
+# The kernel caps a listen backlog at net.core.somaxconn, so asking for more gets the system's maximum:
+# forwards queue there while this worker is busy, instead of being refused.
+MAX_BACKLOG = 1 << 16
 
 
 class PrivateEntrance:
@@ -62,6 +65,7 @@ class PrivateServer:
         config = uvicorn.Config(
             PrivateEntrance(app),
             uds=path,
+            backlog=MAX_BACKLOG,
             lifespan="off",
             server_header=False,
             date_header=False,

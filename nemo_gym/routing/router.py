@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym.routing.forwarder import Forwarder
-from nemo_gym.routing.owner import OwnerReader
+from nemo_gym.routing.owner import AmbiguousSession, OwnerReader
 from nemo_gym.routing.private_server import CLIENT_HEADER
 from nemo_gym.routing.worker import is_worker_id
 
@@ -30,7 +30,11 @@ class SessionRouter:
         # Only a sibling worker may name the caller's address; from the public port it is stripped.
         if any(name == CLIENT_HEADER for name, _ in scope["headers"]):
             scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER]
-        owner = self.owners.owner(scope)
+        try:
+            owner = await self.owners.owner(scope)
+        except AmbiguousSession as error:
+            await JSONResponse(status_code=400, content={"detail": error.detail})(scope, receive, send)
+            return
         if owner is None or owner == self.worker_id:
             await self.app(scope, receive, send)
         elif is_worker_id(owner):

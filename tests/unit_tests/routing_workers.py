@@ -42,6 +42,7 @@ class EchoServer(SimpleResourcesServer):
         return {
             "worker": self.worker_id,
             "session_id": request.session[SESSION_ID_KEY],
+            "owner": request.session.get(OWNER_KEY),
             "method": request.method,
             "path": request.url.path,
             "query": request.url.query,
@@ -132,9 +133,11 @@ class Caller:
         self.http = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=30))
 
     async def post(self, worker: Worker, path: str, cookies: dict[str, str] | None = None, **kwargs: Any):
-        headers = dict(kwargs.pop("headers", {}))
+        """``headers`` may be a list of pairs, to send a header more than once."""
+        headers = kwargs.pop("headers", {})
+        headers = list(headers.items()) if isinstance(headers, dict) else list(headers)
         if cookies:
-            headers["Cookie"] = cookie_header(cookies)
+            headers.append(("Cookie", cookie_header(cookies)))
         return await self.http.post(worker.url + path, headers=headers, **kwargs)
 
     async def close(self) -> None:

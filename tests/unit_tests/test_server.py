@@ -116,3 +116,22 @@ async def test_unknown_route_gives_404_with_a_json_detail(probe):
     reply = await probe.post(NAME, "/no_such_tool", json={})
     assert reply.status == 404
     assert reply.body == {"detail": "Not Found"}
+
+
+@pytest.mark.anyio
+async def test_every_reply_sets_the_session_cookie_errors_included_so_a_replacing_client_keeps_its_session(probe):
+    first = await probe.get(NAME, "/whoami")
+    cookies = first.cookies
+    for method, path, body, status in [
+        ("GET", "/whoami", None, 200),
+        ("POST", "/count", {"count": "many"}, 422),
+        ("POST", "/no_such_tool", {}, 404),
+        ("POST", "/boom", {}, 500),
+        ("POST", "/count", {"count": 1}, 200),
+    ]:
+        reply = await probe.request(method, NAME, path, body, cookies, None)
+        assert reply.status == status
+        assert set(reply.cookies) == {f"{NAME}_session"}, (path, status)
+        cookies = reply.cookies  # replaced, never merged: what upstream NeMo Gym's agents do
+    again = await probe.get(NAME, "/whoami", cookies=cookies)
+    assert again.body["session_id"] == first.body["session_id"]

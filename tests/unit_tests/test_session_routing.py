@@ -13,6 +13,7 @@ import pytest
 from fastapi import FastAPI
 
 from nemo_gym import SESSION_ID_KEY
+from nemo_gym.routing.liveness import is_alive
 from nemo_gym.routing.worker import OWNER_KEY, socket_path
 from nemo_gym.session_token import TOKEN_HEADER, mint_token, token_serializer
 from tests.unit_tests.routing_workers import (
@@ -113,24 +114,24 @@ async def test_session_of_a_worker_that_shut_down_gets_410(pair):
     assert not os.path.exists(socket_path(a.server.socket_dir, a.server.worker_id))
     response = await caller.post(b, "/increment", cookies)
     assert response.status == 410
+    assert set_cookies(response) == []  # a lost session is not handed a new cookie
     detail = (await response.json())["detail"]
     assert a.server.worker_id in detail and "gone" in detail
 
 
-async def test_session_of_a_crashed_worker_that_left_its_socket_file_gets_410(pair):
+async def test_session_of_a_crashed_worker_that_left_its_socket_file_gets_410_and_the_file_is_swept(pair):
     a, b, caller = pair
     cookies = await new_session(caller, a)
     assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2  # b now pools a connection to a
     await a.stop()
+    leftover_path = socket_path(a.server.socket_dir, a.server.worker_id)
     leftover = socket.socket(socket.AF_UNIX)
-    leftover.bind(socket_path(a.server.socket_dir, a.server.worker_id))  # a file nobody listens on
+    leftover.bind(leftover_path)  # a file nobody listens on
     leftover.close()
-    try:
-        response = await caller.post(b, "/increment", cookies)
-        assert response.status == 410
-        assert a.server.worker_id in (await response.json())["detail"]
-    finally:
-        os.unlink(socket_path(a.server.socket_dir, a.server.worker_id))
+    response = await caller.post(b, "/increment", cookies)
+    assert response.status == 410
+    assert a.server.worker_id in (await response.json())["detail"]
+    assert not os.path.exists(leftover_path)
 
 
 async def test_cookie_minted_before_a_restart_gets_410():
@@ -317,3 +318,97 @@ async def test_on_the_mcp_path_the_token_outranks_the_cookie_and_elsewhere_the_c
         await a.stop()
         await b.stop()
         os.rmdir(socket_dir)
+
+
+async def test_quoted_cookie_from_aiohttps_own_cookie_handling_is_routed_to_its_owner(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    async with aiohttp.ClientSession() as standard:  # aiohttp quotes a value that holds "="
+        for _ in range(3):
+            async with standard.post(b.url + "/increment", cookies=cookies) as response:
+                assert response.status == 200
+                body = await response.json()
+                assert body["worker"] == a.server.worker_id
+    assert body["count"] == 4
+
+
+async def test_two_different_session_cookies_get_400_naming_the_cookie_header(pair):
+    a, b, caller = pair
+    name = a.server.session_cookie
+    on_a, on_b = await new_session(caller, a), await new_session(caller, b)
+    for header in (f"{name}={on_a[name]}; {name}={on_b[name]}", f'{name}="{on_a[name]}"; other=1; {name}={on_b[name]}'):
+        response = await caller.post(b, "/increment", headers={"Cookie": header})
+        assert response.status == 400
+        assert "Cookie" in (await response.json())["detail"]
+
+
+async def test_the_same_session_cookie_twice_is_not_ambiguous(pair):
+    a, b, caller = pair
+    name = a.server.session_cookie
+    on_a = await new_session(caller, a)
+    response = await caller.post(b, "/increment", headers={"Cookie": f'{name}={on_a[name]}; {name}="{on_a[name]}"'})
+    assert (await response.json()) == {"worker": a.server.worker_id, "count": 2}
+
+
+async def test_session_cookie_outside_the_first_cookie_header_gets_400(pair):
+    a, b, caller = pair
+    name = a.server.session_cookie
+    on_a = await new_session(caller, a)
+    response = await caller.post(b, "/increment", headers=[("Cookie", "other=1"), ("Cookie", f"{name}={on_a[name]}")])
+    assert response.status == 400
+    assert "first Cookie header" in (await response.json())["detail"]
+
+
+async def test_two_different_mcp_tokens_get_400_naming_the_token_header(pair):
+    a, b, caller = pair
+    serializer = token_serializer(a.server.secret)
+    tokens = [mint_token(serializer, "s1", a.server.worker_id), mint_token(serializer, "s2", b.server.worker_id)]
+    response = await caller.post(b, "/echo/x", headers=[(TOKEN_HEADER, token) for token in tokens])
+    assert response.status == 400
+    assert TOKEN_HEADER in (await response.json())["detail"]
+
+
+async def test_live_owner_that_takes_no_connection_gets_503_with_retry_after_never_410(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    path = socket_path(a.server.socket_dir, a.server.worker_id)
+    os.rename(path, path + ".away")  # a lives and holds its lock, but its socket takes no connection
+    b.server.forwarder.busy_wait_seconds = 0.5
+    try:
+        response = await caller.post(b, "/increment", cookies)
+        assert response.status == 503
+        assert response.headers["Retry-After"] == "1"
+        assert a.server.worker_id in (await response.json())["detail"]
+    finally:
+        os.rename(path + ".away", path)
+    assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2  # the session is intact
+
+
+async def test_busy_owner_keeps_its_pooled_connections_and_requests_in_flight(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    session_id = session_of(a.server.secret, cookies[a.server.session_cookie])[SESSION_ID_KEY]
+    in_flight = asyncio.ensure_future(caller.post(b, "/hang", cookies))  # holds b's pooled connection to a
+    await asyncio.sleep(0.3)
+    pooled = b.server.forwarder.sessions[a.server.worker_id]
+    path = socket_path(a.server.socket_dir, a.server.worker_id)
+    os.rename(path, path + ".away")
+    b.server.forwarder.busy_wait_seconds = 0.5
+    try:
+        assert (await caller.post(b, "/increment", cookies)).status == 503
+        assert b.server.forwarder.sessions[a.server.worker_id] is pooled and not pooled.closed
+        assert not in_flight.done() and session_id not in EchoServer.cancelled
+    finally:
+        os.rename(path + ".away", path)
+        in_flight.cancel()
+
+
+async def test_owner_whose_life_lock_is_free_is_dead_and_gets_410_at_once(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    await a.stop()
+    assert not is_alive(a.server.socket_dir, a.server.worker_id)
+    b.server.forwarder.busy_wait_seconds = 60  # a dead owner is never waited for
+    async with asyncio.timeout(5):
+        response = await caller.post(b, "/increment", cookies)
+    assert response.status == 410

@@ -1,0 +1,141 @@
+"""One reading of the session: the owner the router routes by is the owner of the session the app loads.
+
+Property-based: hypothesis writes Cookie and token headers (quoting, escapes, whitespace, other cookies
+around the session's, duplicates, empty values, non-ASCII bytes, a second Cookie header), and each is
+read twice in this process, once by the router's reader and once by the app behind the router.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.cookies
+import json
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from starlette.requests import Request
+
+from nemo_gym import SESSION_ID_KEY
+from nemo_gym.routing.owner import AmbiguousSession
+from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.session_token import TOKEN_HEADER, mint_token, read_token, token_serializer
+from tests.unit_tests.routing_workers import McpPathEchoServer, instances, signed_session
+
+NAME = f"reading_{uuid.uuid4().hex[:8]}"
+SERVER = McpPathEchoServer(NAME, instances(NAME, 2, session_secret="s" * 40), socket_dir="/nonexistent")
+ROUTER = SERVER.build_app()
+APP = ROUTER.app  # what the router serves locally: SessionMiddleware and the routes
+OWNERS = ["a" * 16, "b" * 16]
+COOKIE = SERVER.session_cookie
+SERIALIZER = token_serializer(SERVER.secret)
+
+valid_cookies = st.sampled_from(
+    [signed_session(SERVER.secret, {SESSION_ID_KEY: f"s-{owner}", OWNER_KEY: owner}) for owner in OWNERS]
+    + [signed_session(SERVER.secret, {SESSION_ID_KEY: "s-adopted"})]
+)
+garbage = st.text(alphabet=st.characters(codec="latin-1", exclude_characters=";"), max_size=12)
+cookie_values = st.one_of(valid_cookies, garbage, st.just(""))
+
+
+@st.composite
+def rendered(draw: st.DrawFn, value: str) -> str:
+    """A value as clients write it: bare, quoted, quoted with escapes, padded with spaces."""
+    form = draw(st.sampled_from(["bare", "quoted", "escaped", "padded"]))
+    if form == "quoted":
+        return f'"{value}"'
+    if form == "escaped":
+        return http.cookies._quote(value + draw(st.sampled_from(["", ",", '"', "\\", " x"])))
+    if form == "padded":
+        return f"  {value} "
+    return value
+
+
+@st.composite
+def cookie_pairs(draw: st.DrawFn) -> str:
+    name = draw(st.sampled_from([COOKIE, COOKIE, "other", f"x{COOKIE}", f" {COOKIE}", "", "é"]))
+    value = draw(rendered(draw(cookie_values)))
+    return f"{name}={value}" if name or draw(st.booleans()) else value
+
+
+@st.composite
+def cookie_headers(draw: st.DrawFn) -> list[bytes]:
+    headers = []
+    for _ in range(draw(st.integers(1, 2))):
+        pairs = draw(st.lists(cookie_pairs(), min_size=0, max_size=4))
+        separator = draw(st.sampled_from([";", "; ", " ;  "]))
+        headers.append(separator.join(pairs).encode(draw(st.sampled_from(["latin-1", "utf-8"])), "replace"))
+    return headers
+
+
+def scope(path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 2),
+    }
+
+
+async def app_reply(request_scope: dict[str, Any]) -> dict[str, Any]:
+    """Serve the request with the app the router would hand it to locally; return the JSON reply."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await APP(request_scope, receive, send)
+    return json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
+
+
+def router_owner(request_scope: dict[str, Any]) -> object | None:
+    return asyncio.run(ROUTER.owners.owner(request_scope))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cookie_headers())
+def test_router_owner_is_the_owner_of_the_session_the_app_loads(headers):
+    request_scope = scope("/echo/x", [(b"cookie", header) for header in headers])
+    try:
+        owner = router_owner(request_scope)
+    except AmbiguousSession:
+        return  # answered 400, the app never sees it
+    reply = asyncio.run(app_reply(scope("/echo/x", [(b"cookie", header) for header in headers])))
+    # A session that names no owner is stamped with this worker's: the worker that serves it locally.
+    assert reply["owner"] == (SERVER.worker_id if owner is None else owner)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(OWNERS + [None]), min_size=1, max_size=3), st.booleans())
+def test_router_owner_is_the_owner_of_the_token_the_mcp_endpoint_reads(owners, repeat_first):
+    tokens = [mint_token(SERIALIZER, f"s-{owner}", owner) for owner in owners]
+    if repeat_first:
+        tokens = [tokens[0]] * len(tokens)
+    request_scope = scope("/mcp/x", [(TOKEN_HEADER.lower().encode(), token.encode()) for token in tokens])
+    if len(set(tokens)) > 1:
+        with pytest.raises(AmbiguousSession):
+            router_owner(request_scope)
+        return
+    read_by_endpoint = read_token(SERIALIZER, Request(request_scope).headers[TOKEN_HEADER])
+    assert router_owner(request_scope) == read_by_endpoint.get(OWNER_KEY)
+
+
+@settings(max_examples=200, deadline=None)
+@given(valid_cookies, st.lists(cookie_pairs().filter(lambda pair: not pair.strip().startswith(COOKIE + "=")), max_size=3))
+def test_one_session_cookie_among_others_is_never_ambiguous(session_cookie, others):
+    header = "; ".join([*others, f"{COOKIE}={session_cookie}"]).encode("utf-8")
+    owner = router_owner(scope("/echo/x", [(b"cookie", header)]))
+    assert owner in (*OWNERS, None)
