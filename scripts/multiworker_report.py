@@ -1,8 +1,11 @@
-"""Run counter episodes through /run with the resources server at N workers and print the table row.
+"""Run counter episodes with the resources server at N workers and print the table row.
 
-    python scripts/multiworker_report.py --workers 4 --episodes 200
+    python scripts/multiworker_report.py --workers 4 --episodes 200 [--client NAME] [--connections keep_alive]
 
-Other scenarios (--scenario): mcp (or --mcp), counter sequences over /mcp by clients that keep only
+The counter scenario drives the counter itself (seed i, +1, +2, get == i+3) with a standard client,
+each keeping the session cookie its own way (--client; default aiohttp_jar, aiohttp with its own
+cookie jar, what most Python callers use), or, with --client gym_agent, runs episodes through
+simple_agent's /run with Gym's own client. Other scenarios (--scenario): mcp (or --mcp), counter sequences over /mcp by clients that keep only
 the session token; swe_rebench, episodes through the legacy relay -> simple_agent -> swe_rebench
 at N workers; memory_agent, two-turn conversations with memory_agent at N workers, where reward 1.0
 means the second turn continued the first.
@@ -23,6 +26,8 @@ from nemo_gym.presets import agent_name, environment_trio
 from nemo_gym.rollouts import read_rows, run_episodes
 from resources_servers.example_session_state_mgmt.episodes import plus_one_plus_two
 from resources_servers.example_session_state_mgmt.mcp_sequences import run_sequences
+from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS
+from resources_servers.example_session_state_mgmt.standard_clients import run_episodes as run_client_episodes
 from responses_api_agents.memory_agent.conversations import run_conversations
 
 RESOURCES_SERVER = "example_session_state_mgmt"
@@ -31,6 +36,7 @@ SWE_REBENCH_DIR = gym_config.REPO_ROOT / "resources_servers" / SWE_REBENCH
 SWE_REBENCH_RELAY = "swe_rebench_legacy_agent"
 MEMORY_AGENT = "memory_agent"
 MEMORY_AGENT_CONFIG = gym_config.REPO_ROOT / "responses_api_agents" / MEMORY_AGENT / "configs" / "memory_agent.yaml"
+GYM_AGENT = "gym_agent"
 
 
 async def run_report(instances: dict, episodes: int, concurrency: int) -> list[dict]:
@@ -49,12 +55,19 @@ def shipped_config(path: Path, server_type: str, instance: str, **settings) -> d
 
 
 def counter_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str]:
-    config = environment_trio(RESOURCES_SERVER, args.workers)
+    if args.client == GYM_AGENT:
+        config = environment_trio(RESOURCES_SERVER, args.workers)
+    else:
+        config = {RESOURCES_SERVER: {"resources_servers": {RESOURCES_SERVER: {"num_workers": args.workers}}}}
     config[RESOURCES_SERVER]["resources_servers"][RESOURCES_SERVER]["route_sessions"] = args.routing
     instances = gym_config.parse(config)
     with Launcher(instances, gym_config.free_port()):
-        results = asyncio.run(run_report(instances, args.episodes, args.concurrency))
-    return "/run", results, ""
+        if args.client == GYM_AGENT:
+            return "/run", asyncio.run(run_report(instances, args.episodes, args.concurrency)), ""
+        fresh = args.connections == "fresh"
+        url = instances[RESOURCES_SERVER].url
+        results = asyncio.run(run_client_episodes(CLIENTS[args.client], url, list(range(args.episodes)), fresh, args.concurrency))
+    return "counter", results, f"client {args.client}, {args.connections} connections"
 
 
 def swe_rebench_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str]:
@@ -129,6 +142,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="counter")
     parser.add_argument("--mcp", action="store_const", dest="scenario", const="mcp", help="same as --scenario mcp")
+    parser.add_argument("--client", choices=[*sorted(CLIENTS), GYM_AGENT], default="aiohttp_jar", help="counter scenario: who drives it")
+    parser.add_argument("--connections", choices=["fresh", "keep_alive"], default="fresh", help="standard clients: a new connection per request, or kept alive")
     parser.add_argument("--no-routing", dest="routing", action="store_false", help="switch routing off (to see the bug)")
     args = parser.parse_args()
 
