@@ -15,6 +15,7 @@ from pathlib import Path
 
 import aiohttp
 
+from nemo_gym.client import cookie_header
 from nemo_gym.routing.liveness import live_workers
 from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
 from scripts.bench_routing import Spawned, bench_server, owner_of, server_env, write_config
@@ -59,15 +60,17 @@ async def block_and_queue(url: str) -> list[object]:
         owner = owner_of(sessions[0], INSTANCE)
         of_owner = [cookies for cookies in sessions if owner_of(cookies, INSTANCE) == owner]
         verify = {"responses_create_params": {"input": "x"}, "response": {}}
-        blocker = asyncio.ensure_future(http.post(url + "/verify", json=verify, cookies=of_owner[0]))
+        blocker = asyncio.ensure_future(http.post(url + "/verify", json=verify, headers={"Cookie": cookie_header(of_owner[0])}))
         await asyncio.sleep(0.5)  # the owner is now burning CPU in /verify, its event loop held
 
         async def queued(number: int) -> object:
-            async with http.post(url + "/seed_session", json={}, cookies=of_owner[number % len(of_owner)]) as reply:
+            headers = {"Cookie": cookie_header(of_owner[number % len(of_owner)])}
+            async with http.post(url + "/seed_session", json={}, headers=headers) as reply:
                 await reply.read()
                 if reply.status == 503 and reply.headers.get("Retry-After"):
                     return "503 with Retry-After"
-                return reply.status
+                served_by = owner_of({name: morsel.value for name, morsel in reply.cookies.items()}, INSTANCE)
+                return reply.status if served_by == owner else f"{reply.status} from a worker that is not the owner"
 
         statuses = await asyncio.gather(*(queued(number) for number in range(QUEUED)))
         (await blocker).release()
