@@ -144,6 +144,11 @@ NAME = "{name}"
 TASK = {{"responses_create_params": {{"input": "The counter starts at 2. Add 3, then get the count and tell me."}}}}
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
 @pytest.fixture(scope="module")
 def launcher():
     instances = gym_config.parse({{NAME: {{"resources_servers": {{NAME: {{}}}}}}}})
