@@ -108,6 +108,8 @@ def parse_override(token: str) -> tuple[str, str, Any]:
         raise ConfigError(f"{COMMAND_LINE}: override {token!r}: {str(error).splitlines()[0]}") from None
     value: Any = data
     for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise ConfigError(f"{COMMAND_LINE}: override {token!r}: keys are dotted names (a.b.c)")
         value = value[part]
     return prefix, key, value
 
@@ -120,20 +122,11 @@ def has_key(data: Any, key: str) -> bool:
     return True
 
 
-def override_layers(tokens: Iterable[str], merged: dict) -> Iterator[tuple[str, dict]]:
-    """One layer per override. A plain ``key=value`` must name a key the config already has."""
-    for token in tokens:
-        prefix, key, value = parse_override(token)
-        if key == "config_paths":
-            continue
-        if not prefix and not has_key(merged, key):
-            raise ConfigError(
-                f"{COMMAND_LINE}: override {token!r}: the config has no key {key!r}; write +{token} to add it"
-            )
-        layer: Any = value
-        for part in reversed(key.split(".")):
-            layer = {part: layer}
-        yield COMMAND_LINE, layer
+def nested(key: str, value: Any) -> dict:
+    """``("a.b", 1)`` -> ``{"a": {"b": 1}}``."""
+    for part in reversed(key.split(".")):
+        value = {part: value}
+    return value
 
 
 def read(
@@ -142,11 +135,13 @@ def read(
     overrides: Iterable[str] = (),
     initial: tuple[str, dict] | None = None,
 ) -> tuple[DictConfig, Sources]:
-    """Merge an optional initial layer, the files, the env.yaml files and the overrides, in that order."""
-    overrides = list(overrides)
+    """Merge an optional initial layer, the files, the env.yaml files and the overrides, in that order.
+
+    A plain ``key=value`` override must name a key the config already has; ``+``/``++`` set or add.
+    """
+    parsed = [(token, *parse_override(token)) for token in overrides]
     paths = list(paths)
-    for token in overrides:
-        prefix, key, value = parse_override(token)
+    for _, _, key, value in parsed:
         if key == "config_paths":
             paths += value if isinstance(value, list) else [value]
     layers: list[tuple[str, dict]] = [initial] if initial else []
@@ -154,7 +149,13 @@ def read(
         layers += file_layers(find_file(path, roots), roots)
     layers += [(str(root / ENV_FILE), read_yaml(root / ENV_FILE)) for root in reversed(roots) if (root / ENV_FILE).is_file()]
     merged, sources = merge_layers(layers, OmegaConf.create({}), Sources())
-    return merge_layers(override_layers(overrides, OmegaConf.to_container(merged)), merged, sources)
+    for token, prefix, key, value in parsed:
+        if key == "config_paths":
+            continue
+        if not prefix and not has_key(OmegaConf.to_container(merged), key):
+            raise ConfigError(f"{COMMAND_LINE}: override {token!r}: the config has no key {key!r}; write +{token} to add it")
+        merged, sources = merge_layers([(COMMAND_LINE, nested(key, value))], merged, sources)
+    return merged, sources
 
 
 def merge_layers(layers: Iterable[tuple[str, dict]], merged: DictConfig, sources: Sources) -> tuple[DictConfig, Sources]:

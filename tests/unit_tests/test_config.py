@@ -411,7 +411,7 @@ def test_override_plus_config_paths_adds_config_files(tmp_path):
     assert set(instances) == {"counter"}
 
 
-@pytest.mark.parametrize("token", ["no_equals_sign", "=value", "+key=[unclosed"])
+@pytest.mark.parametrize("token", ["no_equals_sign", "=value", "+key=[unclosed", "a[0]=1"])
 def test_a_malformed_override_is_an_error_naming_it(token, tmp_path):
     with pytest.raises(ConfigError) as error:
         gym_config.load([write(tmp_path / "counter.yaml", COUNTER)], overrides=[token], roots=[gym_config.REPO_ROOT])
@@ -426,3 +426,9 @@ def test_a_missing_implementation_error_lists_every_place_it_looked(tmp_path):
     message = str(error.value)
     for root in (tmp_path / "extra", tmp_path, gym_config.REPO_ROOT):
         assert f"\n  {root / 'resources_servers' / 'no_such_environment'}" in message
+
+
+def test_a_plain_override_may_set_a_key_an_earlier_override_added(tmp_path):
+    key = "counter.resources_servers.example_session_state_mgmt.description"
+    instances = gym_config.load([write(tmp_path / "counter.yaml", COUNTER)], overrides=[f"+{key}=first", f"{key}=second"], roots=[gym_config.REPO_ROOT])
+    assert instances["counter"].settings["description"] == "second"
