@@ -27,6 +27,8 @@ counter:
   resources_servers:
     {COUNTER}:
       num_workers: 2
+      domain: games
+      description: A counter kept per session
 counter_agent:
   responses_api_agents:
     simple_agent:
@@ -189,6 +191,11 @@ def test_eval_run_no_serve_uses_the_servers_of_a_running_env_start(running_env, 
     assert len(output.read_text().splitlines()) == 10
     metrics = json.loads((tmp_path / "rollouts_aggregate_metrics.json").read_text())
     assert (metrics["num_episodes"], metrics["mean_reward"], metrics["num_errors"]) == (10, 1.0, 0)
+
+
+def test_the_head_endpoint_shows_upstreams_catalog_keys(running_env):
+    settings = get_json(f"{running_env.head_url}/global_config")["counter"]["resources_servers"][COUNTER]
+    assert (settings["domain"], settings["description"]) == ("games", "A counter kept per session")
 
 
 def test_eval_run_with_a_bad_agent_name_gives_a_clear_error(running_env, tmp_path):
