@@ -1,7 +1,8 @@
 """Load, merge, validate and resolve the YAML configs that describe which servers to run.
 
-A config maps instance names to ``{server_type: {implementation: {settings}}}``. Several files merge
-key by key, later files winning. Loading checks everything that can be checked before a process
+A config maps instance names to ``{server_type: {implementation: {settings}}}``. Its other top-level
+keys are upstream NeMo Gym's reserved global keys and plain variables (``policy_base_url`` ...), which
+``${...}`` interpolations refer to. Loading checks everything that can be checked before a process
 starts, and every error names the file and the key it is about.
 """
 
@@ -11,21 +12,38 @@ import errno
 import importlib
 import re
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from nemo_gym import config_files, interpolation
+from nemo_gym.config_files import ConfigError, Sources, instance_kind
+from nemo_gym.server_paths import INSTALL_ROOT, SERVER_TYPES, find_implementation, make_importable, search_roots
+
+REPO_ROOT = INSTALL_ROOT
 DEFAULT_HOST = "127.0.0.1"
 INSTANCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+# Upstream's global keys: accepted and kept, never read as instances. Of these, this project acts on
+# config_paths only.
+RESERVED_KEYS = frozenset(
+    """config_paths entrypoint default_host head_server disallowed_ports head_server_deps python_version
+    pip_install_verbose use_absolute_ip uv_pip_set_python skip_venv_if_present hf_token ray_head_node_address
+    port_range_low port_range_high dry_run model_endpoint_readiness_timeout_seconds allow_openai_version_skew
+    uv_cache_dir uv_venv_dir results_dir cache_dir _inherit_from _copy nemo_gym_log_dir verbose json query
+    observability_enabled model_call_capture_dir token_id_capture component_name skip_verification
+    skip_verification_reward error_on_almost_servers profiling_enabled profiling_results_dirpath
+    uvicorn_logging_show_200_ok uvicorn_timeout_worker_healthcheck""".split()
+)
 
 
-class ConfigError(ValueError):
-    """A config that cannot be run, with the file and key that are wrong."""
+def is_instance(name: str, body: Any) -> bool:
+    """A top-level key is an instance when its value names a server type, or has the shape ``{type: {implementation: ...}}``."""
+    if name in RESERVED_KEYS or not isinstance(body, dict):
+        return False
+    return any(key in SERVER_TYPES for key in body) or instance_kind(body) is not None
 
 
 @dataclass
@@ -39,6 +57,8 @@ class Instance:
     source: str = field(default="<config>", compare=False)
     # The file that set each setting, when the config came from several files.
     key_sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    # Where the server's code was found (set by check_settings).
+    directory: Path | None = field(default=None, compare=False)
 
     @property
     def host(self) -> str:
@@ -77,54 +97,6 @@ def merge(base: dict, override: dict) -> dict:
     return merged
 
 
-def read_files(paths: list[str | Path]) -> tuple[dict, dict[str, str]]:
-    """Read and merge YAML files.
-
-    Returns the merged mapping and where each part came from: per instance name, the file that last
-    set it, and per ``<instance>.<setting>``, the file that last set that setting. A later file that
-    gives an instance another server type or implementation replaces that instance outright.
-    """
-    merged: dict = {}
-    sources: dict[str, str] = {}
-    for path in paths:
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except OSError as error:
-            raise ConfigError(f"{path}: cannot read config: {error.strerror}") from error
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{path}: not valid YAML: {error}") from error
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of instance names")
-        for name, body in data.items():
-            name = str(name)
-            if name in merged and _kind(merged[name]) != _kind(body):
-                del merged[name]
-                for key in [key for key in sources if key.startswith(f"{name}.")]:
-                    del sources[key]
-            sources[name] = str(path)
-            for key in _settings(body):
-                sources[f"{name}.{key}"] = str(path)
-        merged = merge(merged, data)
-    return merged, sources
-
-
-def _kind(body: Any) -> tuple[str, str] | None:
-    """An instance body's (server type, implementation), or None when it is not in that shape."""
-    if isinstance(body, dict) and len(body) == 1:
-        (server_type, impls), = body.items()
-        if isinstance(impls, dict) and len(impls) == 1:
-            return str(server_type), str(next(iter(impls)))
-    return None
-
-
-def _settings(body: Any) -> list[str]:
-    if _kind(body) is None:
-        return []
-    settings = next(iter(next(iter(body.values())).values()))
-    return [str(key) for key in settings] if isinstance(settings, dict) else []
-
-
 def free_port(host: str = DEFAULT_HOST) -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
@@ -145,11 +117,12 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 def parse(data: dict, sources: dict[str, str] | None = None, check_ports: bool = True) -> dict[str, Instance]:
-    """Validate a merged config and return its instances with host, port and workers filled in."""
-    sources = sources or {}
+    """Validate a merged, resolved config and return its instances with host, port and workers filled in."""
+    sources = Sources(sources or {})
     instances: dict[str, Instance] = {}
     for name, body in data.items():
-        instances[str(name)] = _parse_instance(str(name), body, sources)
+        if is_instance(str(name), body):
+            instances[str(name)] = _parse_instance(str(name), body, sources)
     for instance in instances.values():
         _check_refs(instance, instances)
     taken: dict[int, list[Instance]] = {}
@@ -161,21 +134,50 @@ def parse(data: dict, sources: dict[str, str] | None = None, check_ports: bool =
     return instances
 
 
-def load(paths: list[str | Path], check_ports: bool = True) -> dict[str, Instance]:
-    """Read config files and check them, each instance's settings against its server's own config model."""
-    data, sources = read_files(paths)
+def resolve(
+    paths: Iterable[str | Path],
+    overrides: Iterable[str] = (),
+    roots: list[Path] | None = None,
+    initial: tuple[str, dict] | None = None,
+) -> tuple[dict, Sources]:
+    """The merged config with every interpolation resolved, and the source of each key."""
+    merged, sources = config_files.read(paths, search_roots() if roots is None else roots, overrides, initial)
+    return interpolation.resolve(merged, sources), sources
+
+
+def load(
+    paths: Iterable[str | Path],
+    check_ports: bool = True,
+    overrides: Iterable[str] = (),
+    roots: list[Path] | None = None,
+    initial: tuple[str, dict] | None = None,
+) -> dict[str, Instance]:
+    """Read config files, env.yaml files and overrides, and check each instance against its server's own config model."""
+    roots = search_roots() if roots is None else roots
+    data, sources = resolve(paths, overrides, roots, initial)
     instances = parse(data, sources, check_ports)
-    check_settings(instances)
+    check_settings(instances, roots)
     return instances
 
 
-def check_settings(instances: dict[str, Instance]) -> None:
-    """Validate every instance's settings with its server class's config model (unknown keys are typos)."""
+def check_settings(instances: dict[str, Instance], roots: list[Path] | None = None) -> None:
+    """Find every instance's code and validate its settings with its server's config model (unknown keys are typos)."""
+    roots = search_roots() if roots is None else roots
     for instance in instances.values():
         try:
-            server_class = importlib.import_module(instance.module).app.server_class
+            instance.directory = find_implementation(instance.server_type, instance.implementation, roots)
+        except LookupError as error:
+            raise ConfigError(f"{_where(instance)}: {error}") from None
+        if not (instance.directory / instance.settings["entrypoint"]).is_file():
+            raise ConfigError(f"{_where(instance, 'entrypoint')}: no file {instance.directory / instance.settings['entrypoint']}")
+        make_importable(instance.directory)
+        try:
+            module = importlib.import_module(instance.module)
+            server_class = module.app.server_class
         except (ImportError, AttributeError) as error:
             raise ConfigError(f"{_where(instance, 'entrypoint')}: cannot load a server app from {instance.module}: {error!r}") from error
+        if not Path(module.__file__).resolve().is_relative_to(instance.directory):
+            raise ConfigError(f"{_where(instance)}: {instance.module} was already imported from {module.__file__}, not from {instance.directory}")
         try:
             server_class.config_class.model_validate(instance.settings)
         except ValidationError as error:
@@ -192,8 +194,8 @@ def _where(instance: Instance, key: str | None = None) -> str:
     return f"{source}: {path}.{key}" if key else f"{source}: {path}"
 
 
-def _parse_instance(name: str, body: Any, sources: dict[str, str]) -> Instance:
-    source = sources.get(name, "<config>")
+def _parse_instance(name: str, body: Any, sources: Sources) -> Instance:
+    source = sources.of(name)
     where = f"{source}: {name}"
     if not INSTANCE_NAME.match(name):
         raise ConfigError(f"{where}: instance names are letters, digits, '_' and '-', starting with a letter")
@@ -205,18 +207,15 @@ def _parse_instance(name: str, body: Any, sources: dict[str, str]) -> Instance:
     if not isinstance(impls, dict) or len(impls) != 1:
         raise ConfigError(f"{where}.{server_type}: must map exactly one implementation to its settings")
     (implementation, settings), = impls.items()
-    if not (REPO_ROOT / server_type / implementation).is_dir():
-        raise ConfigError(f"{where}.{server_type}.{implementation}: no implementation directory {server_type}/{implementation}")
     if settings is not None and not isinstance(settings, dict):
         raise ConfigError(f"{where}.{server_type}.{implementation}: settings must be a mapping, got {settings!r}")
     settings = dict(settings or {})
-    key_sources = {key[len(name) + 1 :]: file for key, file in sources.items() if key.startswith(f"{name}.")}
+    prefix = f"{name}.{server_type}.{implementation}."
+    key_sources = {key[len(prefix) :]: file for key, file in sources.items() if key.startswith(prefix)}
     instance = Instance(name, server_type, implementation, settings, source, key_sources)
     settings.setdefault("entrypoint", "app.py")
     settings.setdefault("host", DEFAULT_HOST)
     settings.setdefault("num_workers", 1)
-    if not (REPO_ROOT / server_type / implementation / settings["entrypoint"]).is_file():
-        raise ConfigError(f"{_where(instance, 'entrypoint')}: no file {server_type}/{implementation}/{settings['entrypoint']}")
     workers = settings["num_workers"]
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
         raise ConfigError(f"{_where(instance, 'num_workers')}: must be a whole number of at least 1, got {workers!r}")

@@ -18,6 +18,7 @@ from nemo_gym.head import HEAD_PORT_ENV
 from nemo_gym.routing.liveness import live_workers
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
 from nemo_gym.server import CONFIG_PATH_ENV, INSTANCE_ENV
+from nemo_gym.server_paths import EXTRA_ROOTS_ENV
 
 STOP_GRACE_SECONDS = 15
 
@@ -54,6 +55,9 @@ class Launcher:
         config_path.write_text(json.dumps(self.resolved_config(), indent=2))
         env = {**os.environ, **self.extra_env, CONFIG_PATH_ENV: str(config_path), HEAD_PORT_ENV: str(self.head_port)}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        # Servers found outside the install root import from where the config found them.
+        roots = [str(i.directory.parent.parent) for i in self.instances.values() if i.directory is not None]
+        env[EXTRA_ROOTS_ENV] = os.pathsep.join(dict.fromkeys(filter(None, [*roots, env.get(EXTRA_ROOTS_ENV)])))
         try:
             for name, instance in self.instances.items():
                 if instance.num_workers > 1:

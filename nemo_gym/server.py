@@ -11,12 +11,13 @@ from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient, ServerReply
+from nemo_gym.config_types import CatalogSettings
 from nemo_gym.errors import ServerErrorsAsJson, server_error
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.liveness import LifeLock
@@ -31,8 +32,8 @@ CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"
 INSTANCE_ENV = "NEMO_GYM_INSTANCE"
 
 
-class BaseServerConfig(BaseModel):
-    """Settings every instance has. Subclasses add their own; unknown keys are config errors."""
+class BaseServerConfig(CatalogSettings):
+    """Settings every instance has, upstream's catalog keys included. Subclasses add their own; unknown keys are config errors."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -50,7 +50,7 @@ async def run_report(instances: dict, episodes: int, concurrency: int) -> list[d
 
 def shipped_config(path: Path, server_type: str, instance: str, **settings) -> dict:
     """A shipped YAML config with these settings for ``instance`` (whose implementation has the same name)."""
-    data, _ = gym_config.read_files([path])
+    data, _ = gym_config.resolve([path])
     return gym_config.merge(data, {instance: {server_type: {instance: settings}}})
 
 

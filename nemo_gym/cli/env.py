@@ -1,34 +1,81 @@
-"""``gym env start`` and ``gym env test``."""
+"""``gym env start``, ``gym env test``, ``gym env resolve`` and ``gym env init``."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import inspect
+import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from nemo_gym import config as gym_config
+from nemo_gym.cli.scaffold import scaffold
 from nemo_gym.launcher import Launcher
 from nemo_gym.openai_types import Response
 from nemo_gym.presets import environment_trio
 from nemo_gym.rollouts import read_rows
+from nemo_gym.server_paths import EXTRA_ROOTS_ENV, find_implementation, make_importable, search_roots
+
+CREDENTIAL_KEY = re.compile(r"secret|api_key|token|password", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+def config_layers(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``gym_config.resolve``/``load`` take from the command line: files or the shortcut, overrides, search roots.
+
+    With ``--config``, ``--model-url``, ``--model`` and ``--model-api-key`` set upstream's variables
+    ``policy_base_url``, ``policy_model_name`` and ``policy_api_key``; the explicit overrides come after, and win.
+    """
+    if bool(args.config) == bool(args.resources_server):
+        raise ValueError("give either --config FILE ... or --resources-server NAME")
+    layers: dict[str, Any] = {"paths": args.config, "overrides": list(args.overrides), "roots": search_roots(args.search_dir)}
+    if args.config:
+        variables = {"policy_base_url": args.model_url, "policy_model_name": args.model, "policy_api_key": args.model_api_key}
+        layers["overrides"][:0] = [f"++{key}={value}" for key, value in variables.items() if value is not None]
+    else:
+        trio = environment_trio(args.resources_server, args.num_workers, args.model_url, args.model)
+        layers["initial"] = ("--resources-server", trio)
+    return layers
 
 
 def instances_from_args(args: argparse.Namespace) -> dict[str, gym_config.Instance]:
-    if bool(args.config) == bool(args.resources_server):
-        raise ValueError("give either --config FILE ... or --resources-server NAME")
-    if args.config:
-        return gym_config.load(args.config)
-    data = environment_trio(args.resources_server, args.num_workers, args.model_url, args.model)
-    instances = gym_config.parse(data, {name: "--resources-server" for name in data})
-    gym_config.check_settings(instances)
-    return instances
+    return gym_config.load(**config_layers(args))
+
+
+def redacted(data: Any) -> Any:
+    """The config with the string values of credential-like keys (*secret*, *api_key*, *token*, *password*) hidden."""
+    if isinstance(data, dict):
+        return {
+            key: REDACTED if CREDENTIAL_KEY.search(str(key)) and isinstance(value, str) and value else redacted(value)
+            for key, value in data.items()
+        }
+    if isinstance(data, list):
+        return [redacted(item) for item in data]
+    return data
+
+
+def resolve(args: argparse.Namespace) -> int:
+    """Print the merged, interpolated config as YAML, after checking it as ``env start`` would."""
+    layers = config_layers(args)
+    data, sources = gym_config.resolve(layers["paths"], layers["overrides"], layers["roots"], layers.get("initial"))
+    gym_config.check_settings(gym_config.parse(data, sources, check_ports=False), layers["roots"])
+    print(yaml.safe_dump(redacted(data), sort_keys=False), end="")
+    return 0
+
+
+def init(args: argparse.Namespace) -> int:
+    directory = scaffold(args.name, Path(args.dir))
+    print(f"made {directory}\ntry: gym env test --resources-server {args.name}" + (f" --search-dir {args.dir}" if args.dir != "." else ""))
+    return 0
 
 
 def start(args: argparse.Namespace) -> int:
@@ -58,15 +105,35 @@ def body_model(handler) -> type:
     return inspect.signature(handler, eval_str=True).parameters["body"].annotation
 
 
-def check_example_data(name: str, path: str | Path | None = None) -> int:
+def resources_server_directory(value: str, roots: list[Path]) -> Path:
+    """``--resources-server``: a name looked up in the search roots, or a path to ``.../resources_servers/<name>``."""
+    if os.sep in value or value in (".", "..") or Path(value).is_dir():
+        directory = Path(value).resolve()
+        if directory.parent.name != "resources_servers" or not (directory / "app.py").is_file():
+            raise ValueError(f"--resources-server: {value} is not a resources server directory (<root>/resources_servers/<name>/ with an app.py)")
+        return directory
+    try:
+        directory = find_implementation("resources_servers", value, roots)
+    except LookupError as error:
+        raise ValueError(f"--resources-server: {error}") from None
+    if not (directory / "app.py").is_file():
+        raise ValueError(f"--resources-server: no app.py in {directory}")
+    return directory
+
+
+def check_example_data(directory: Path, path: str | Path | None = None) -> int:
     """Validate every row of the server's data/example.jsonl (or ``path``) against its seed_session and verify models.
 
     Prints each bad row with its number and returns how many there were.
     """
-    module = importlib.import_module(f"resources_servers.{name}.app")
-    server_class = module.app.server_class
+    make_importable(directory)
+    module_name = f"resources_servers.{directory.name}.app"
+    try:
+        server_class = importlib.import_module(module_name).app.server_class
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"{directory / 'app.py'}: cannot load a server app from {module_name}: {error!r}") from None
     seed_model, verify_model = body_model(server_class.seed_session), body_model(server_class.verify)
-    path = Path(path) if path else gym_config.REPO_ROOT / "resources_servers" / name / "data" / "example.jsonl"
+    path = Path(path) if path else directory / "data" / "example.jsonl"
     problems = 0
     rows = read_rows(path)
     for number, row in enumerate(rows, 1):
@@ -81,9 +148,11 @@ def check_example_data(name: str, path: str | Path | None = None) -> int:
 
 
 def test(args: argparse.Namespace) -> int:
-    directory = gym_config.REPO_ROOT / "resources_servers" / args.resources_server
-    if not (directory / "app.py").is_file():
-        raise ValueError(f"--resources-server: no resources server at {directory}")
-    problems = check_example_data(args.resources_server)
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", str(directory / "tests")], cwd=gym_config.REPO_ROOT)
+    """Check the example data, then run the server's tests from its root, which is also handed on as a search root."""
+    directory = resources_server_directory(args.resources_server, search_roots(args.search_dir))
+    problems = check_example_data(directory)
+    root = directory.parent.parent
+    env = {**os.environ, EXTRA_ROOTS_ENV: os.pathsep.join(filter(None, [str(root), os.environ.get(EXTRA_ROOTS_ENV)]))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(gym_config.REPO_ROOT), env.get("PYTHONPATH")]))
+    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", str(directory / "tests")], cwd=root, env=env)
     return 1 if problems or tests.returncode else 0

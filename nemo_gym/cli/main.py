@@ -1,4 +1,4 @@
-"""``gym``: the command line. ``gym env start``, ``gym env test``, ``gym eval run``."""
+"""``gym``: the command line. ``gym env start|test|resolve|init``, ``gym eval run``, ``gym list``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from nemo_gym.cli import env, eval as eval_cli
+from nemo_gym.cli.servers import list_servers
 from nemo_gym.config import ConfigError
 from nemo_gym.head import DEFAULT_HEAD_PORT
 from nemo_gym.launcher import LaunchError
@@ -30,13 +31,28 @@ def port_number(text: str) -> int:
     return value
 
 
-def add_server_options(parser: argparse.ArgumentParser) -> None:
-    """Which servers to run: config files, or the shortcut for one environment's trio."""
+def add_search_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--search-dir", action="append", default=[], help="also look for <server_type>/<name>/ here, before NEMO_GYM_EXTRA_ROOTS, the working directory and the install root; repeatable"
+    )
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    """Which config: files, or the shortcut for one environment's trio; search roots; key overrides."""
     parser.add_argument("--config", action="append", default=[], help="YAML config file; repeat to merge (later wins)")
     parser.add_argument("--resources-server", help="shortcut: run this resources server with a simple_agent and a model")
     parser.add_argument("--num-workers", type=positive_int, default=1, help="workers of the resources server (shortcut only)")
-    parser.add_argument("--model-url", help="OpenAI-compatible base URL (shortcut only); default: the scripted backend")
-    parser.add_argument("--model", help="model name to send to --model-url")
+    parser.add_argument("--model-url", help="OpenAI-compatible base URL; with --config it sets policy_base_url; default: the scripted backend")
+    parser.add_argument("--model", help="model name to send to --model-url; with --config it sets policy_model_name")
+    parser.add_argument("--model-api-key", help="with --config, sets policy_api_key")
+    add_search_dir(parser)
+    parser.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="set a config key (it must exist); +KEY=VALUE or ++KEY=VALUE sets or adds it"
+    )
+
+
+def add_server_options(parser: argparse.ArgumentParser) -> None:
+    add_config_options(parser)
     parser.add_argument("--head-port", type=port_number, default=DEFAULT_HEAD_PORT, help="port of the head endpoint")
 
 
@@ -49,8 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_server_options(start)
     start.set_defaults(handler=env.start)
     test = env_parser.add_parser("test", help="run a resources server's tests and check its example data")
-    test.add_argument("--resources-server", required=True)
+    test.add_argument("--resources-server", required=True, help="a name found in the search roots, or the server's directory")
+    add_search_dir(test)
     test.set_defaults(handler=env.test)
+    resolve = env_parser.add_parser("resolve", help="print the merged, interpolated config as YAML (credentials redacted)")
+    add_config_options(resolve)
+    resolve.set_defaults(handler=env.resolve)
+    init = env_parser.add_parser("init", help="make a new resources server: app, config, example data, tests, README")
+    init.add_argument("name")
+    init.add_argument("--dir", default=".", help="write DIR/resources_servers/NAME/ (default: the working directory)")
+    init.set_defaults(handler=env.init)
 
     eval_parser = groups.add_parser("eval", help="run rollouts").add_subparsers(dest="command", required=True)
     run = eval_parser.add_parser("run", help="run episodes through an agent's /run and report rewards")
@@ -64,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-serve", action="store_true", help="use the servers of a running `gym env start`")
     run.add_argument("--head-url", help="head endpoint of that run (default: http://127.0.0.1:HEAD_PORT)")
     run.set_defaults(handler=eval_cli.run)
+
+    listing = groups.add_parser("list", help="list the servers found in the search roots: type, name, path")
+    add_search_dir(listing)
+    listing.set_defaults(handler=list_servers)
     return parser
 
 

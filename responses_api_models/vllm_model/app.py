@@ -33,6 +33,20 @@ class VLLMModelConfig(SimpleResponsesAPIModel.config_class):
     model: str = "default"
     api_key: str | None = None
     timeout_seconds: float = Field(default=120.0, gt=0)
+    # Keys of upstream NeMo Gym's vllm_model, accepted so that its configs load unchanged; this server does not act on them.
+    return_token_id_information: bool = False
+    uses_reasoning_parser: bool = False
+    uses_interleaved_reasoning: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+    sampling_overrides: dict[str, Any] | None = None
+    extra_body: dict[str, Any] | None = None
+    default_headers: dict[str, str] | None = None
+    replace_developer_role_with_system: bool = False
+    is_responses_native: bool = False
+    use_completions_api: bool = False
+    render_chat_template: bool = False
+    request_prompt_and_generation_token_ids: bool = False
+    sequential_reasoning_allowed: bool = False
 
     @field_validator("backend_server")
     @classmethod

@@ -27,6 +27,8 @@ counter:
   resources_servers:
     {COUNTER}:
       num_workers: 2
+      domain: games
+      description: A counter kept per session
 counter_agent:
   responses_api_agents:
     simple_agent:
@@ -191,6 +193,11 @@ def test_eval_run_no_serve_uses_the_servers_of_a_running_env_start(running_env, 
     assert (metrics["num_episodes"], metrics["mean_reward"], metrics["num_errors"]) == (10, 1.0, 0)
 
 
+def test_the_head_endpoint_shows_upstreams_catalog_keys(running_env):
+    settings = get_json(f"{running_env.head_url}/global_config")["counter"]["resources_servers"][COUNTER]
+    assert (settings["domain"], settings["description"]) == ("games", "A counter kept per session")
+
+
 def test_eval_run_with_a_bad_agent_name_gives_a_clear_error(running_env, tmp_path):
     arguments = ["eval", "run", "--no-serve", "--head-url", running_env.head_url, "--agent", "counter_agnet", "--input", str(DATA)]
     finished = subprocess.run(
@@ -198,4 +205,60 @@ def test_eval_run_with_a_bad_agent_name_gives_a_clear_error(running_env, tmp_pat
     )
     assert finished.returncode == 2
     assert "gym: error: --agent: no agent named 'counter_agnet'; agents: counter_agent" in finished.stderr
+    assert "Traceback" not in finished.stderr
+
+
+SCAFFOLD = "demo_env"
+# Outside the repository's directory, `python -m nemo_gym...` must still import this checkout.
+GYM_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+@pytest.fixture(scope="module")
+def scaffold_root(tmp_path_factory) -> Path:
+    """A directory outside the repository holding a server made by `gym env init`."""
+    root = tmp_path_factory.mktemp("outside_repo")
+    finished = subprocess.run(gym("env", "init", SCAFFOLD), capture_output=True, text=True, timeout=60, cwd=root, env=GYM_ENV)
+    assert finished.returncode == 0, finished.stderr
+    return root
+
+
+def test_env_init_scaffold_passes_env_test_by_name_from_its_root(scaffold_root):
+    finished = subprocess.run(
+        gym("env", "test", "--resources-server", SCAFFOLD), capture_output=True, text=True, timeout=300, cwd=scaffold_root, env=GYM_ENV
+    )
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "5 of 5 rows match the request models" in finished.stdout
+    assert "1 passed" in finished.stdout
+
+
+def test_env_test_takes_a_server_outside_the_repository_by_path(scaffold_root):
+    directory = scaffold_root / "resources_servers" / SCAFFOLD
+    finished = subprocess.run(
+        gym("env", "test", "--resources-server", str(directory)), capture_output=True, text=True, timeout=300, cwd=REPO_ROOT
+    )
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "1 passed" in finished.stdout
+
+
+def test_a_server_found_with_search_dir_runs_from_there_and_the_scaffold_scores_every_episode_at_4_workers(scaffold_root, tmp_path):
+    config = scaffold_root / "resources_servers" / SCAFFOLD / "configs" / f"{SCAFFOLD}.yaml"
+    data = scaffold_root / "resources_servers" / SCAFFOLD / "data" / "example.jsonl"
+    output = tmp_path / "rollouts.jsonl"
+    arguments = ["eval", "run", "--config", str(config), "--search-dir", str(scaffold_root), "--input", str(data)]
+    arguments += ["--num-repeats", "40", "--concurrency", "200", "--output", str(output)]
+    arguments += [f"{SCAFFOLD}.resources_servers.{SCAFFOLD}.num_workers=4"]
+    finished = subprocess.run(gym(*arguments), capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert finished.returncode == 0, finished.stderr
+    metrics = json.loads((tmp_path / "rollouts_aggregate_metrics.json").read_text())
+    assert (metrics["num_episodes"], metrics["reward_counts"], metrics["num_errors"]) == (200, {"1.0": 200}, 0)
+
+
+def test_a_server_outside_the_repository_without_search_dir_is_an_error_listing_where_it_looked(scaffold_root, tmp_path):
+    config = scaffold_root / "resources_servers" / SCAFFOLD / "configs" / f"{SCAFFOLD}.yaml"
+    finished = subprocess.run(
+        gym("env", "resolve", "--config", str(config)), capture_output=True, text=True, timeout=60, cwd=tmp_path, env=GYM_ENV
+    )
+    assert finished.returncode == 2
+    assert f"no implementation directory resources_servers/{SCAFFOLD}; looked in" in finished.stderr
+    assert f"\n  {tmp_path / 'resources_servers' / SCAFFOLD}" in finished.stderr
     assert "Traceback" not in finished.stderr

@@ -21,7 +21,7 @@ EPISODES = 200
 
 def counter_behind_relay(**counter_settings) -> dict:
     """The shipped counter config merged with the relay's, think time between model turns."""
-    shipped, _ = gym_config.read_files(CONFIGS)
+    shipped, _ = gym_config.resolve(CONFIGS)
     return gym_config.merge(
         shipped,
         {

@@ -16,7 +16,7 @@ CONVERSATIONS = 200
 
 def memory_stack(**agent_settings) -> dict:
     """The shipped config (memory_agent, scripted model) with these agent settings and think time in the model."""
-    shipped, _ = gym_config.read_files([CONFIG])
+    shipped, _ = gym_config.resolve([CONFIG])
     return gym_config.merge(
         shipped,
         {

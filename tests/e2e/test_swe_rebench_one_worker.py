@@ -32,7 +32,7 @@ def overrides(sandbox_dir: Path, **settings) -> dict:
 
 def swe_stack(sandbox_dir: Path, **settings) -> dict:
     """The shipped config (swe_rebench, simple_agent, relay, scripted policy) with ``overrides``."""
-    shipped, _ = gym_config.read_files([CONFIG])
+    shipped, _ = gym_config.resolve([CONFIG])
     return gym_config.merge(shipped, overrides(sandbox_dir, **settings))
 
 

@@ -6,18 +6,21 @@ import json
 import socket
 
 import pytest
+import yaml
 
 from nemo_gym.cli.env import check_example_data
 from nemo_gym.cli.main import main
-from nemo_gym.config import REPO_ROOT, free_port
+from nemo_gym.config import REPO_ROOT, free_port, load
+from nemo_gym.server_paths import search_roots
 
 COUNTER = "example_session_state_mgmt"
-DATA = REPO_ROOT / "resources_servers" / COUNTER / "data" / "example.jsonl"
+COUNTER_DIR = REPO_ROOT / "resources_servers" / COUNTER
+DATA = COUNTER_DIR / "data" / "example.jsonl"
 CONFIG = REPO_ROOT / "resources_servers" / COUNTER / "configs" / f"{COUNTER}.yaml"
 
 
 def test_check_example_data_accepts_the_counters_example_rows(capsys):
-    assert check_example_data(COUNTER) == 0
+    assert check_example_data(COUNTER_DIR) == 0
     assert "5 of 5 rows match the request models" in capsys.readouterr().out
 
 
@@ -27,7 +30,7 @@ def test_check_example_data_reports_a_bad_row_by_number_and_field(tmp_path, caps
     path = tmp_path / "example.jsonl"
     path.write_text("\n".join([good, json.dumps(bad), good]) + "\n")
 
-    assert check_example_data(COUNTER, path) == 1
+    assert check_example_data(COUNTER_DIR, path) == 1
     captured = capsys.readouterr()
     assert f"{path}: row 2:" in captured.err
     assert "expected_count" in captured.err
@@ -37,7 +40,9 @@ def test_check_example_data_reports_a_bad_row_by_number_and_field(tmp_path, caps
 
 def test_env_test_with_an_unknown_resources_server_is_a_clear_error(capsys):
     assert main(["env", "test", "--resources-server", "no_such_environment"]) == 2
-    assert "--resources-server: no resources server at" in capsys.readouterr().err
+    message = capsys.readouterr().err
+    assert "--resources-server: no implementation directory resources_servers/no_such_environment; looked in" in message
+    assert f"\n  {COUNTER_DIR.parent / 'no_such_environment'}" in message
 
 
 def test_env_start_needs_either_a_config_or_the_shortcut(capsys):
@@ -98,3 +103,110 @@ def test_env_start_with_a_head_port_that_cannot_be_a_port_is_a_clear_error(capsy
         main(["env", "start", "--resources-server", COUNTER, "--head-port", "70000"])
     assert exit_.value.code == 2
     assert "--head-port: not a TCP port: 70000" in capsys.readouterr().err
+
+
+def test_env_test_with_a_path_that_is_not_a_resources_server_is_a_clear_error(tmp_path, capsys):
+    (tmp_path / "my_env").mkdir()
+    assert main(["env", "test", "--resources-server", str(tmp_path / "my_env")]) == 2
+    message = capsys.readouterr().err
+    assert f"--resources-server: {tmp_path / 'my_env'} is not a resources server directory" in message
+    assert "Traceback" not in message
+
+
+def test_env_test_with_a_server_whose_app_cannot_be_imported_is_a_clear_error(tmp_path, capsys):
+    directory = tmp_path / "resources_servers" / "broken_env"
+    directory.mkdir(parents=True)
+    (directory / "app.py").write_text("import no_such_module_anywhere\n")
+    assert main(["env", "test", "--resources-server", str(directory)]) == 2
+    message = capsys.readouterr().err
+    assert f"{directory / 'app.py'}: cannot load a server app from resources_servers.broken_env.app" in message
+    assert "no_such_module_anywhere" in message
+
+
+RESOLVE_CONFIG = """
+policy_base_url: http://127.0.0.1:9/v1
+policy_api_key: sk-very-secret
+policy_model:
+  responses_api_models:
+    vllm_model:
+      base_url: ${policy_base_url}
+      api_key: ${policy_api_key}
+      model: ${policy_model_name}
+      description: ???
+"""
+
+
+def test_env_resolve_prints_the_interpolated_config_as_yaml_with_credentials_redacted(tmp_path, capsys):
+    path = tmp_path / "model.yaml"
+    path.write_text(RESOLVE_CONFIG.replace("      description: ???\n", ""))
+    assert main(["env", "resolve", "--config", str(path), "--search-dir", str(tmp_path), "+policy_model_name=m1"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["policy_model"]["responses_api_models"]["vllm_model"] == {
+        "base_url": "http://127.0.0.1:9/v1",
+        "api_key": "<redacted>",
+        "model": "m1",
+    }
+    assert (printed["policy_api_key"], printed["policy_model_name"]) == ("<redacted>", "m1")
+
+
+def test_env_resolve_reports_every_unresolved_value_and_prints_no_config(tmp_path, capsys):
+    path = tmp_path / "model.yaml"
+    path.write_text(RESOLVE_CONFIG)
+    assert main(["env", "resolve", "--config", str(path), "--search-dir", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "2 config values cannot be resolved:" in captured.err
+    assert f"{path}: policy_model.responses_api_models.vllm_model.model: Interpolation key 'policy_model_name' not found" in captured.err
+    assert f"{path}: policy_model.responses_api_models.vllm_model.description: required value (???) is not set" in captured.err
+
+
+def test_env_resolve_checks_settings_as_env_start_does(tmp_path, capsys):
+    path = tmp_path / "model.yaml"
+    path.write_text(RESOLVE_CONFIG.replace("      description: ???\n", "      timeout_secs: 5\n"))
+    assert main(["env", "resolve", "--config", str(path), "+policy_model_name=m1"]) == 2
+    assert f"{path}: policy_model.responses_api_models.vllm_model.timeout_secs: Extra inputs are not permitted" in capsys.readouterr().err
+
+
+def test_model_flags_with_a_config_set_upstreams_policy_variables(tmp_path, capsys):
+    path = tmp_path / "model.yaml"
+    path.write_text(RESOLVE_CONFIG.replace("      description: ???\n", ""))
+    arguments = ["env", "resolve", "--config", str(path), "--model-url", "http://127.0.0.1:8/v1", "--model", "flag-model"]
+    assert main(arguments) == 0
+    model = yaml.safe_load(capsys.readouterr().out)["policy_model"]["responses_api_models"]["vllm_model"]
+    assert (model["base_url"], model["model"]) == ("http://127.0.0.1:8/v1", "flag-model")
+
+
+def test_env_start_with_an_override_of_a_key_the_config_lacks_names_it_and_starts_nothing(capsys):
+    assert main(["env", "start", "--config", str(CONFIG), "--head-port", str(free_port()), "polcy_model.x=1"]) == 2
+    assert "command line: override 'polcy_model.x=1': the config has no key 'polcy_model.x'" in capsys.readouterr().err
+
+
+def test_gym_list_shows_type_name_and_path_of_servers_in_the_search_roots(tmp_path, capsys):
+    external = tmp_path / "responses_api_agents" / "outside_agent"
+    external.mkdir(parents=True)
+    (external / "app.py").write_text("")
+    assert main(["list", "--search-dir", str(tmp_path)]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert rows[0] == ["type", "name", "path"]
+    assert ["responses_api_agents", "outside_agent", str(external)] in rows
+    assert ["resources_servers", COUNTER, str(COUNTER_DIR)] in rows
+
+
+def test_env_init_writes_an_app_a_config_example_data_tests_and_a_readme(tmp_path, capsys):
+    assert main(["env", "init", "demo_env", "--dir", str(tmp_path)]) == 0
+    directory = tmp_path / "resources_servers" / "demo_env"
+    for relative in ("app.py", "configs/demo_env.yaml", "data/example.jsonl", "tests/test_app.py", "README.md"):
+        assert (directory / relative).is_file(), relative
+    assert "class DemoEnvServer(SimpleResourcesServer):" in (directory / "app.py").read_text()
+    assert check_example_data(directory) == 0
+    instances = load([directory / "configs" / "demo_env.yaml"], check_ports=False, roots=search_roots([tmp_path]))
+    assert instances["demo_env"].directory == directory
+    assert instances["demo_env"].settings["domain"] == "other"
+
+
+def test_env_init_refuses_an_existing_directory_and_a_name_that_cannot_be_a_module(tmp_path, capsys):
+    (tmp_path / "resources_servers" / "taken").mkdir(parents=True)
+    assert main(["env", "init", "taken", "--dir", str(tmp_path)]) == 2
+    assert "already exists" in capsys.readouterr().err
+    assert main(["env", "init", "Bad-Name", "--dir", str(tmp_path)]) == 2
+    assert "'Bad-Name' is not a server name" in capsys.readouterr().err
