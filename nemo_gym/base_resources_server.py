@@ -3,23 +3,57 @@
 from __future__ import annotations
 
 import contextlib
-from collections import Counter
 from collections.abc import AsyncIterator
-from typing import Any
+from enum import Enum
+from typing import ClassVar
 
 from fastapi import FastAPI, Request
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 from starlette.routing import BaseRoute
 
+from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, BaseRunServerInstanceConfig
+from nemo_gym.judge import judge_failsafe
 from nemo_gym.mcp_tools import McpToolEndpoint, SeedSessionMcpMetadata, default_tool_routes
 from nemo_gym.openai_types import Response, ResponseCreateParams
+from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
 from nemo_gym.server import SimpleServer
 from nemo_gym.session_token import mint_token, token_serializer
 
+__all__ = [
+    "AggregateMetrics",
+    "AggregateMetricsRequest",
+    "BaseMultiRewardVerifyResponse",
+    "BaseResourcesServerConfig",
+    "BaseRunRequest",
+    "BaseSeedSessionRequest",
+    "BaseSeedSessionResponse",
+    "BaseVerifyRequest",
+    "BaseVerifyResponse",
+    "ReverifyMode",
+    "SimpleResourcesServer",
+]
 
-class BaseResourcesServerConfig(SimpleServer.config_class):
+
+class ReverifyMode(str, Enum):
+    """Whether ``/verify`` can be run again on a stored rollout without its session."""
+
+    STATELESS = "stateless"
+    UNSUPPORTED = "unsupported"
+    UNKNOWN = "unknown"
+
+
+class BaseResourcesServerConfig(BaseRunServerInstanceConfig):
     # Serve the server's own POST /<tool> routes as MCP tools at /mcp; /seed_session then mints the token.
     expose_tools_over_mcp: bool = False
+    REVERIFY_MODE: ClassVar[ReverifyMode] = ReverifyMode.UNKNOWN
+
+
+class BaseRunRequest(BaseModel):
+    """One task row: the request for the agent plus whatever the environment needs to seed and verify."""
+
+    model_config = ConfigDict(extra="allow")
+
+    responses_create_params: ResponseCreateParams
 
 
 class BaseSeedSessionRequest(BaseModel):
@@ -32,12 +66,9 @@ class BaseSeedSessionResponse(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class BaseVerifyRequest(BaseModel):
+class BaseVerifyRequest(BaseRunRequest):
     """The task row, plus the request that was sent to the agent and the agent's final response."""
 
-    model_config = ConfigDict(extra="allow")
-
-    responses_create_params: ResponseCreateParams
     response: Response
 
 
@@ -45,42 +76,33 @@ class BaseVerifyResponse(BaseVerifyRequest):
     reward: float
 
 
-class AggregateMetricsRequest(BaseModel):
-    verify_responses: list[dict[str, Any]]
+class BaseMultiRewardVerifyResponse(BaseVerifyResponse):
+    """``reward`` is the single number; ``reward_components`` the objectives it was made from."""
+
+    reward_components: dict[str, float]
 
 
-class AggregateMetrics(BaseModel):
-    num_episodes: int
-    mean_reward: float
-    reward_counts: dict[str, int]
-
-
-def aggregate_rewards(verify_responses: list[dict[str, Any]]) -> AggregateMetrics:
-    rewards = [float(reply.get("reward", 0.0)) for reply in verify_responses]
-    counts = Counter(str(reward) for reward in rewards)
-    mean = sum(rewards) / len(rewards) if rewards else 0.0
-    return AggregateMetrics(num_episodes=len(rewards), mean_reward=mean, reward_counts=dict(sorted(counts.items())))
-
-
-class SimpleResourcesServer(SimpleServer):
+class SimpleResourcesServer(AggregateMetricsMixin, SimpleServer):
     """Subclass it, keep state per ``request.session["session_id"]``, add ``POST /<tool>`` routes."""
 
-    config_class = BaseResourcesServerConfig
-    route_sessions = True
+    config: BaseResourcesServerConfig
+    route_sessions: ClassVar[bool] = True
 
     # The /mcp endpoint, when the config exposes the tools over MCP.
-    mcp_endpoint: McpToolEndpoint | None = None
+    _mcp_endpoint: McpToolEndpoint | None = PrivateAttr(None)
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/seed_session")(self.seed_session)
-        app.post("/verify")(self.verify)
+        # A JudgeError in verify is a row with reward 0.0 marked judge_failed, not a 500.
+        app.post("/verify")(judge_failsafe(self.verify))
         app.post("/aggregate_metrics")(self.aggregate_metrics)
+        app.get("/reverify_mode")(self.get_reverify_mode)
         # --- MCP exposure (nemo_gym.mcp_tools): the /mcp endpoint and the token in /seed_session replies.
         if self.config.expose_tools_over_mcp:
             serializer = token_serializer(self.secret)
-            self.mcp_endpoint = McpToolEndpoint(self.name, serializer, self.session_cookie, self.config.host)
-            self.mcp_endpoint.mount(app)
+            self._mcp_endpoint = McpToolEndpoint(self.name, serializer, self.session_cookie, self.config.host)
+            self._mcp_endpoint.mount(app)
             # Added here, before build_app's session middlewares, so it sits inside them and sees the session.
             app.add_middleware(
                 SeedSessionMcpMetadata,
@@ -101,14 +123,14 @@ class SimpleResourcesServer(SimpleServer):
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
-        if self.mcp_endpoint is None:
+        if self._mcp_endpoint is None:
             async with super().lifespan(app):
                 yield
             return
         # All routes are registered by now; one that cannot be a tool stops the start-up, named.
-        self.mcp_endpoint.serve(app, self.mcp_tool_routes(app))
+        self._mcp_endpoint.serve(app, self.mcp_tool_routes(app))
         # The endpoint runs before the base lifespan opens the private socket, and stops after it closes.
-        async with self.mcp_endpoint.run(), super().lifespan(app):
+        async with self._mcp_endpoint.run(), super().lifespan(app):
             yield
         # --- end of MCP exposure
 
@@ -119,4 +141,7 @@ class SimpleResourcesServer(SimpleServer):
         raise NotImplementedError
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        return aggregate_rewards(body.verify_responses)
+        return compute_aggregate_metrics(body.verify_responses, self.compute_metrics, self.get_key_metrics)
+
+    async def get_reverify_mode(self) -> ReverifyMode:
+        return self.config.REVERIFY_MODE

@@ -2,30 +2,42 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from fastapi import FastAPI, Request, Response as HTTPResponse
-from pydantic import BaseModel, ConfigDict
+from fastapi import Body, FastAPI, Request, Response as HTTPResponse
 
-from nemo_gym.base_resources_server import AggregateMetrics, AggregateMetricsRequest, aggregate_rewards
+from nemo_gym.base_resources_server import BaseRunRequest
+from nemo_gym.config_types import (
+    ROLLOUT_PATH_PREFIX,
+    TOKEN_CAPTURE_PATH_SEGMENT,
+    AggregateMetrics,
+    AggregateMetricsRequest,
+    BaseRunServerInstanceConfig,
+)
 from nemo_gym.openai_types import Response, ResponseCreateParams
+from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
 from nemo_gym.server import SimpleServer
 
+__all__ = ["BaseResponsesAPIAgentConfig", "BaseRunRequest", "Body", "SimpleResponsesAPIAgent"]
 
-class BaseRunRequest(BaseModel):
-    """One task row: the request for the agent plus whatever the environment needs to seed and verify."""
-
-    model_config = ConfigDict(extra="allow")
-
-    responses_create_params: ResponseCreateParams
+ROLLOUT_ID_KEY = "_ng_rollout_id"
 
 
-class SimpleResponsesAPIAgent(SimpleServer):
-    route_sessions = True
+class BaseResponsesAPIAgentConfig(BaseRunServerInstanceConfig):
+    skip_verification: bool = False
+    skip_verification_reward: float = 0.0
+    token_id_capture: bool = False
+
+
+class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
+    config: BaseResponsesAPIAgentConfig
+    route_sessions: ClassVar[bool] = True
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
         app.post("/v1/responses")(self.responses)
+        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/v1/responses")(self.responses)
+        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/{TOKEN_CAPTURE_PATH_SEGMENT}/v1/responses")(self.responses)
         app.post("/run")(self.run)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         return app
@@ -37,4 +49,24 @@ class SimpleResponsesAPIAgent(SimpleServer):
         raise NotImplementedError
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
-        return aggregate_rewards(body.verify_responses)
+        if self.config.skip_verification:
+            return AggregateMetrics()
+        return compute_aggregate_metrics(body.verify_responses, self.compute_metrics, self.get_key_metrics)
+
+    @staticmethod
+    def rollout_id_from_run(body: BaseRunRequest) -> str | None:
+        """The rollout id a ``/run`` row carries (``_ng_rollout_id``), if any."""
+        return (body.model_extra or {}).get(ROLLOUT_ID_KEY)
+
+    def url_path_for_run(self, path: str, body: BaseRunRequest) -> str:
+        """``path`` under the row's rollout prefix (``/ng-rollout/<id>/...``) when the row has a rollout id."""
+        return rollout_path(path, self.rollout_id_from_run(body))
+
+    @staticmethod
+    def url_path_for_request(path: str, request: Request) -> str:
+        """``path`` under the rollout prefix the request came in on, if it came in on one."""
+        return rollout_path(path, request.path_params.get("rollout_id"))
+
+
+def rollout_path(path: str, rollout_id: str | None) -> str:
+    return f"/{ROLLOUT_PATH_PREFIX}/{rollout_id}{path}" if rollout_id else path

@@ -1,4 +1,9 @@
-"""ServerClient: how one Gym server (or a rollout driver) calls another by instance name."""
+"""The reading client: calls an instance by name and returns the finished reply (``ServerReply``).
+
+It is ``nemo_gym.server_utils.ServerClient`` (same pool, same name lookup) with calls that read the
+reply before returning, for callers that want status, JSON body and cookies in one value: rollout
+drivers, tests, scripts.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from omegaconf import OmegaConf
 
-from nemo_gym.config import Instance
-
-DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=600, sock_connect=10)
+from nemo_gym.config import Instance, merge
+from nemo_gym.server_utils import DEFAULT_TIMEOUT, ServerClient as UpstreamServerClient, send
 
 
 @dataclass
@@ -25,36 +30,32 @@ class ServerReply:
     def ok(self) -> bool:
         return 200 <= self.status < 300
 
+    @classmethod
+    async def read(cls, response: aiohttp.ClientResponse) -> "ServerReply":
+        async with response:
+            text = (await response.read()).decode("utf-8", errors="replace")
+            try:
+                body = await response.json(content_type=None)
+            except ValueError:
+                body = None
+            return cls(response.status, body, {key: morsel.value for key, morsel in response.cookies.items()}, text)
 
-class ServerClient:
-    """One pooled aiohttp session for the process, with no cookie jar.
 
-    Every call names the target instance and passes the session's cookies explicitly, the way an agent
-    that threads many sessions at once must.
-    """
+def config_of(instances: dict[str, Instance]) -> dict:
+    """The ``{name: {type: {implementation: settings}}}`` config of some instances."""
+    data: dict = {}
+    for instance in instances.values():
+        data = merge(data, instance.to_dict())
+    return data
+
+
+class ServerClient(UpstreamServerClient):
+    """Every call names the target instance and passes the session's cookies explicitly."""
 
     def __init__(self, instances: dict[str, Instance], limit: int = 0) -> None:
-        self.instances = instances
-        self.limit = limit
-        self._session: aiohttp.ClientSession | None = None
+        super().__init__(global_config_dict=OmegaConf.create(config_of(instances)), limit=limit)
 
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.limit),
-                cookie_jar=aiohttp.DummyCookieJar(),
-                timeout=DEFAULT_TIMEOUT,
-            )
-        return self._session
-
-    def url(self, server_name: str, path: str) -> str:
-        try:
-            instance = self.instances[server_name]
-        except KeyError:
-            raise KeyError(f"no server instance named {server_name!r}") from None
-        return f"{instance.url}{path}"
-
-    async def post(
+    async def post(  # type: ignore[override]
         self,
         server_name: str,
         path: str,
@@ -62,12 +63,12 @@ class ServerClient:
         cookies: dict[str, str] | None = None,
         timeout: aiohttp.ClientTimeout | None = None,
     ) -> ServerReply:
-        return await self.request("POST", server_name, path, json, cookies, timeout)
+        return await self.call("POST", server_name, path, json, cookies, timeout)
 
-    async def get(self, server_name: str, path: str, cookies: dict[str, str] | None = None) -> ServerReply:
-        return await self.request("GET", server_name, path, None, cookies, None)
+    async def get(self, server_name: str, path: str, cookies: dict[str, str] | None = None) -> ServerReply:  # type: ignore[override]
+        return await self.call("GET", server_name, path, None, cookies, None)
 
-    async def request(
+    async def call(
         self,
         method: str,
         server_name: str,
@@ -77,20 +78,10 @@ class ServerClient:
         timeout: aiohttp.ClientTimeout | None,
     ) -> ServerReply:
         headers = {"Cookie": cookie_header(cookies)} if cookies else None
-        async with self.session().request(
-            method, self.url(server_name, path), json=json, headers=headers, timeout=timeout or DEFAULT_TIMEOUT
-        ) as response:
-            text = await response.text()
-            try:
-                body = await response.json(content_type=None)
-            except ValueError:
-                body = None
-            return ServerReply(response.status, body, {k: m.value for k, m in response.cookies.items()}, text)
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        response = await send(
+            self.session(), method, self.url(server_name, path), json=json, headers=headers, timeout=timeout or DEFAULT_TIMEOUT
+        )
+        return await ServerReply.read(response)
 
 
 def cookie_header(cookies: dict[str, str]) -> str:

@@ -171,15 +171,17 @@ def check_settings(instances: dict[str, Instance], roots: list[Path] | None = No
         if not (instance.directory / instance.settings["entrypoint"]).is_file():
             raise ConfigError(f"{_where(instance, 'entrypoint')}: no file {instance.directory / instance.settings['entrypoint']}")
         make_importable(instance.directory)
+        from nemo_gym.server import find_server_class  # nemo_gym.server imports this module
+
         try:
             module = importlib.import_module(instance.module)
-            server_class = module.app.server_class
-        except (ImportError, AttributeError) as error:
-            raise ConfigError(f"{_where(instance, 'entrypoint')}: cannot load a server app from {instance.module}: {error!r}") from error
+            server_class = find_server_class(module)
+        except (ImportError, LookupError) as error:
+            raise ConfigError(f"{_where(instance, 'entrypoint')}: cannot load a server from {instance.module}: {error!r}") from error
         if not Path(module.__file__).resolve().is_relative_to(instance.directory):
             raise ConfigError(f"{_where(instance)}: {instance.module} was already imported from {module.__file__}, not from {instance.directory}")
         try:
-            server_class.config_class.model_validate(instance.settings)
+            server_class.validate_config(instance.name, instance.settings)
         except ValidationError as error:
             problem = error.errors()[0]
             key = ".".join(str(part) for part in problem["loc"])

@@ -1,7 +1,9 @@
-"""Instance keys upstream NeMo Gym configs carry for its catalog and data tooling.
+"""The config models of a server instance, under upstream NeMo Gym's names.
 
-Every server's config accepts them, keeps them (the head endpoint shows them) and checks their shape;
-nothing here acts on them. ``domain`` is optional here: upstream refuses a resources server without one.
+``BaseServerConfig`` -> ``BaseRunServerConfig`` -> ``BaseRunServerInstanceConfig`` is the chain every
+server's own config class extends. The catalog keys (``domain``, ``datasets``, ``description`` ...)
+are accepted, kept (the head endpoint shows them) and checked for shape; nothing here acts on them.
+``domain`` is optional here: upstream refuses a resources server without one.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from nemo_gym.config import DEFAULT_HOST
 
 
 class Domain(str, Enum):
@@ -65,3 +69,65 @@ class CatalogSettings(BaseModel):
     description: str | None = None
     value: str | None = None
     datasets: list[DatasetConfig] = []
+
+
+class BaseServerConfig(BaseModel):
+    """Where a server listens. Subclasses add their settings; an unknown key is a config error (a typo)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = DEFAULT_HOST
+    port: int
+    num_workers: int = 1
+
+
+class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
+    entrypoint: str = "app.py"
+    session_secret: str | None = None
+    # Off switch for session routing (on by default for resources servers and agents).
+    route_sessions: bool = True
+
+
+class BaseRunServerInstanceConfig(BaseRunServerConfig):
+    # The instance name (the config's top-level key), filled in by the framework.
+    name: str
+
+
+class ModelServerRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["responses_api_models"]
+    name: str
+
+
+class ResourcesServerRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["resources_servers"]
+    name: str
+
+
+class AgentServerRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["responses_api_agents"]
+    name: str
+
+
+class AggregateMetricsRequest(BaseModel):
+    verify_responses: list[dict[str, Any]]
+
+
+class AggregateMetrics(BaseModel):
+    """Upstream's three parts, plus this project's plain summary of the rewards."""
+
+    group_level_metrics: list[dict[str, Any]] = []
+    agent_metrics: dict[str, Any] = {}
+    key_metrics: dict[str, Any] = {}
+    num_episodes: int = 0
+    mean_reward: float = 0.0
+    reward_counts: dict[str, int] = {}
+
+
+ROLLOUT_PATH_PREFIX = "ng-rollout"
+TOKEN_CAPTURE_PATH_SEGMENT = "training-token-capture"

@@ -10,7 +10,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from nemo_gym import config as gym_config
-from nemo_gym.server import CONFIG_PATH_ENV
+from nemo_gym.global_config import CONFIG_PATH_ENV
 
 DEFAULT_HEAD_PORT = 11000
 HEAD_PORT_ENV = "NEMO_GYM_HEAD_PORT"

@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
 SEED_SESSION_PATH = "/seed_session"
-NEVER_TOOLS = frozenset({"seed_session", "verify", "aggregate_metrics", "mcp"})
+NEVER_TOOLS = frozenset({"seed_session", "verify", "aggregate_metrics", "reverify_mode", "mcp"})
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 # Headers of the /mcp request that do not describe the tool call's own body.
 _NOT_FORWARDED = {b"content-type", b"content-length", b"transfer-encoding", b"cookie", b"accept"}

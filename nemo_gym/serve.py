@@ -1,7 +1,9 @@
 """The process of one server instance: ``python -m nemo_gym.serve`` with the launcher's environment.
 
-One worker: uvicorn serves the module's ``app`` in this process. Several: uvicorn's own supervisor
-spawns the workers, each importing the module-level ``app``; this process serves no requests.
+One worker: uvicorn serves the server's app in this process. Several: uvicorn's own supervisor
+spawns the workers, each calling ``worker_app`` to build its app; this process serves no requests.
+A server module needs no module-level ``app``: the app is built from the server class it defines,
+or taken from the ``app`` that upstream's ``is_nemo_gym_fastapi_entrypoint(__file__)`` guard made.
 """
 
 from __future__ import annotations
@@ -9,23 +11,42 @@ from __future__ import annotations
 import importlib
 import json
 import os
+from pathlib import Path
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from nemo_gym import config as gym_config
+from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
-from nemo_gym.server import CONFIG_PATH_ENV, INSTANCE_ENV
+from nemo_gym.server import SimpleServer, find_server_class
+from nemo_gym.server_utils import ENTRYPOINT_ENV, NUM_WORKERS_ENV, WORKER_ENV
 from nemo_gym.sessions import session_secret
 
 KEEP_ALIVE_SECONDS = 75
 
 
-def main() -> None:
+def this_instance() -> gym_config.Instance:
     name = os.environ[INSTANCE_ENV]
     with open(os.environ[CONFIG_PATH_ENV]) as file:
-        instance = gym_config.parse(json.load(file), check_ports=False)[name]
-    module = importlib.import_module(instance.module)
-    session_secret(name, instance.settings.get("session_secret"))
+        return gym_config.parse(json.load(file), check_ports=False)[name]
+
+
+def worker_app() -> ASGIApp:
+    """The app of one worker: the module's own ``app`` if importing it made one, else built from its server class."""
+    module = importlib.import_module(this_instance().module)
+    app = getattr(module, "app", None)
+    if app is not None:
+        return app
+    return find_server_class(module).from_environment().build_app()
+
+
+def serve(server_class: type[SimpleServer] | None = None) -> None:
+    """Serve the instance the environment names, with as many workers as its config asks for."""
+    instance = this_instance()
+    if server_class is None:
+        server_class = find_server_class(importlib.import_module(instance.module))
+    session_secret(instance.name, instance.settings.get("session_secret"))
     options = dict(
         host=instance.host,
         port=instance.port,
@@ -39,23 +60,29 @@ def main() -> None:
         timeout_worker_healthcheck=30,
     )
     if instance.num_workers == 1:
-        uvicorn.run(module.app, **options)
+        uvicorn.run(worker_app(), **options)
         return
-    server_class = module.app.server_class
-    if not server_class.is_routed(server_class.config_class.model_validate(instance.settings)):
-        uvicorn.run(f"{instance.module}:app", workers=instance.num_workers, **options)
-        return
-    # Every worker serves a private socket in this directory; it goes when the server stops. A
+    # Set only now, so that this process's own import of the module built no app.
+    os.environ.update(
+        {
+            WORKER_ENV: "1",
+            ENTRYPOINT_ENV: str(Path(instance.server_type, instance.implementation, instance.settings["entrypoint"])),
+            NUM_WORKERS_ENV: str(instance.num_workers),
+        }
+    )
+    options.update(workers=instance.num_workers, factory=True)
+    config = server_class.validate_config(instance.name, instance.settings)
+    # Every routed worker serves a private socket in this directory; it goes when the server stops. A
     # launcher may hand one over, so that it can remove it even if this process is killed.
-    if os.environ.get(SOCKET_DIR_ENV):
-        uvicorn.run(f"{instance.module}:app", workers=instance.num_workers, **options)
+    if not server_class.is_routed(config) or os.environ.get(SOCKET_DIR_ENV):
+        uvicorn.run("nemo_gym.serve:worker_app", **options)
         return
     os.environ[SOCKET_DIR_ENV] = socket_dir = make_socket_dir()
     try:
-        uvicorn.run(f"{instance.module}:app", workers=instance.num_workers, **options)
+        uvicorn.run("nemo_gym.serve:worker_app", **options)
     finally:
         remove_socket_dir(socket_dir)
 
 
 if __name__ == "__main__":
-    main()
+    serve()

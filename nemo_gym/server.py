@@ -3,92 +3,136 @@
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
 import os
 from collections.abc import AsyncIterator
-from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import ConfigDict
+from omegaconf import OmegaConf
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym import config as gym_config
-from nemo_gym.client import ServerClient, ServerReply
-from nemo_gym.config_types import CatalogSettings
+from nemo_gym.client import ServerClient as ReadingClient
+from nemo_gym.client import ServerReply
+from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.errors import ServerErrorsAsJson, server_error
+from nemo_gym.global_config import INSTANCE_ENV, get_first_server_config_dict, get_global_config_dict
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.liveness import LifeLock
 from nemo_gym.routing.owner import OwnerReader
 from nemo_gym.routing.private_server import PrivateServer
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, new_worker_id, socket_path
+from nemo_gym.server_utils import WORKER_ENV, ServerClient
 from nemo_gym.session_token import token_serializer
 from nemo_gym.sessions import SessionIdMiddleware, session_secret
 
-CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"
-INSTANCE_ENV = "NEMO_GYM_INSTANCE"
+class SimpleServer(BaseModel):
+    """One Gym server, a pydantic model built as ``Cls(config=..., server_client=...)``.
 
-
-class BaseServerConfig(CatalogSettings):
-    """Settings every instance has, upstream's catalog keys included. Subclasses add their own; unknown keys are config errors."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    entrypoint: str = "app.py"
-    host: str = gym_config.DEFAULT_HOST
-    port: int
-    num_workers: int = 1
-    session_secret: str | None = None
-    # Off switch for session routing (on by default for resources servers and agents).
-    route_sessions: bool = True
-
-
-class SimpleServer:
-    """One Gym server: a FastAPI app with sessions, a JSON error layer and ``GET /``.
-
-    Subclasses register their routes in ``setup_webserver`` and read ``request.session["session_id"]``.
+    Its config class is the annotation of ``config``; state lives in pydantic fields
+    (``Field(default_factory=dict)``), private attributes set in ``model_post_init``, or plain
+    attributes. Subclasses register their routes in ``setup_webserver`` and read
+    ``request.session[SESSION_ID_KEY]``.
     """
 
-    config_class: ClassVar[type[BaseServerConfig]] = BaseServerConfig
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="allow")
+
+    config: BaseRunServerInstanceConfig
+    server_client: ServerClient
+    # The class of ``config``, read from its annotation.
+    config_class: ClassVar[type[BaseRunServerInstanceConfig]] = BaseRunServerInstanceConfig
     # Servers that keep per-session state route each session to its owner worker.
     route_sessions: ClassVar[bool] = False
 
-    def __init__(self, name: str, instances: dict[str, gym_config.Instance], socket_dir: str | None = None) -> None:
-        self.name = name
-        self.instances = instances
-        self.config = self.config_class.model_validate(instances[name].settings)
-        self.secret = session_secret(name, self.config.session_secret)
-        self.server_client = ServerClient(instances)
-        # This worker's ID, stamped into the sessions it creates; None when nothing is routed.
-        self.worker_id: str | None = None
-        # Where each worker holds its life lock (and, routed, serves its private socket).
-        self.socket_dir: str | None = None
-        if self.is_routed(self.config):
-            self.worker_id = new_worker_id()
-            self.socket_dir = socket_dir or os.environ[SOCKET_DIR_ENV]
-            self.forwarder = Forwarder(self.socket_dir)
-        elif self.config.num_workers > 1:
-            # Unrouted workers too tell the launcher, by their lock, that they serve.
-            self.socket_dir = socket_dir or os.environ.get(SOCKET_DIR_ENV) or None
+    # This worker's ID, stamped into the sessions it creates; None when nothing is routed.
+    _worker_id: str | None = PrivateAttr(None)
+    # Where each worker holds its life lock (and, routed, serves its private socket).
+    _socket_dir: str | None = PrivateAttr(None)
+    _forwarder: Forwarder | None = PrivateAttr(None)
 
     @classmethod
-    def is_routed(cls, config: BaseServerConfig) -> bool:
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls.config_class = cls.model_fields["config"].annotation
+
+    @classmethod
+    def is_routed(cls, config: BaseRunServerInstanceConfig) -> bool:
         """Several workers, a server that keeps sessions, and routing not switched off."""
         return cls.route_sessions and config.route_sessions and config.num_workers > 1
 
     @classmethod
-    def from_environment(cls) -> "SimpleServer":
+    def validate_config(cls, name: str, settings: dict[str, Any]) -> BaseRunServerInstanceConfig:
+        """An instance's settings as this server's config (the instance name filled in)."""
+        return cls.config_class.model_validate({**settings, "name": name})
+
+    @classmethod
+    def load_config_from_global_config(cls) -> BaseRunServerInstanceConfig:
+        """The config of the instance the launcher started this process for."""
+        name = os.environ[INSTANCE_ENV]
+        settings = get_first_server_config_dict(get_global_config_dict(), name)
+        return cls.validate_config(name, OmegaConf.to_container(settings, resolve=True))
+
+    @classmethod
+    def from_environment(cls, client_class: type[ServerClient] = ServerClient) -> "SimpleServer":
         """Build the server the launcher described in this process's environment."""
-        data = json.loads(Path(os.environ[CONFIG_PATH_ENV]).read_text())
-        instances = gym_config.parse(data, check_ports=False)
-        return cls(os.environ[INSTANCE_ENV], instances)
+        if client_class is ServerClient:
+            client = ServerClient.load_from_global_config()
+        else:
+            data = OmegaConf.to_container(get_global_config_dict(), resolve=True)
+            client = client_class(gym_config.parse(data, check_ports=False))
+        return cls(config=cls.load_config_from_global_config(), server_client=client)
+
+    @classmethod
+    def for_instance(cls, name: str, instances: dict[str, gym_config.Instance]) -> "SimpleServer":
+        """Build the server of one instance of an already parsed config (tests and tools)."""
+        return cls(config=cls.validate_config(name, instances[name].settings), server_client=ReadingClient(instances))
+
+    @classmethod
+    def run_webserver(cls) -> FastAPI | None:
+        """Upstream's start: in a uvicorn worker the launcher started, build and return the app unserved;
+        anywhere else (``python app.py`` with the launcher's environment), serve this instance."""
+        if os.environ.get(WORKER_ENV) == "1":
+            return cls.from_environment().build_app()
+        from nemo_gym.serve import serve
+
+        serve(cls)
+        return None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def worker_id(self) -> str | None:
+        return self._worker_id
+
+    @property
+    def socket_dir(self) -> str | None:
+        return self._socket_dir
+
+    @property
+    def forwarder(self) -> Forwarder | None:
+        return self._forwarder
+
+    @functools.cached_property
+    def secret(self) -> str:
+        return session_secret(self.name, self.config.session_secret)
 
     @property
     def session_cookie(self) -> str:
         return f"{self.name}_session"
+
+    @functools.cached_property
+    def instances(self) -> dict[str, gym_config.Instance]:
+        """Every instance of the running config, parsed."""
+        data = OmegaConf.to_container(self.server_client.global_config_dict, resolve=True)
+        return gym_config.parse(data, check_ports=False)
 
     def setup_webserver(self) -> FastAPI:
         """Make the app and register routes. Subclasses call ``super()`` and add theirs."""
@@ -102,30 +146,41 @@ class SimpleServer:
         """SessionMiddleware's settings: the app's, and the router's reading of the same cookie."""
         return {"secret_key": self.secret, "session_cookie": self.session_cookie}
 
-    def build_app(self) -> ASGIApp:
-        """The app uvicorn serves: with routing, the session router in front of everything else."""
+    def build_app(self, socket_dir: str | None = None) -> ASGIApp:
+        """The app uvicorn serves: with routing, the session router in front of everything else.
+
+        ``socket_dir`` is where the workers' private sockets and life locks go (default: the
+        launcher's, from the environment).
+        """
+        if self.is_routed(self.config):
+            self._worker_id = new_worker_id()
+            self._socket_dir = socket_dir or os.environ[SOCKET_DIR_ENV]
+            self._forwarder = Forwarder(self._socket_dir)
+        elif self.config.num_workers > 1:
+            # Unrouted workers too tell the launcher, by their lock, that they serve.
+            self._socket_dir = socket_dir or os.environ.get(SOCKET_DIR_ENV) or None
         app = self.setup_webserver()
         app.add_middleware(ServerErrorsAsJson)
-        app.add_middleware(SessionIdMiddleware, owner=self.worker_id)
+        app.add_middleware(SessionIdMiddleware, owner=self._worker_id)
         app.add_middleware(SessionMiddleware, **self.session_options)
-        if self.worker_id is None:
+        if self._worker_id is None:
             return app
         owners = OwnerReader(self.session_options, token_serializer(self.secret))
-        return SessionRouter(app, self.worker_id, owners, self.forwarder)
+        return SessionRouter(app, self._worker_id, owners, self._forwarder)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(self.server_client.close)
-            if self.socket_dir is None:
+            if self._socket_dir is None:
                 yield
                 return
-            life_lock = LifeLock(self.socket_dir, self.worker_id or new_worker_id())
+            life_lock = LifeLock(self._socket_dir, self._worker_id or new_worker_id())
             stack.callback(life_lock.release)
-            if self.worker_id is not None:
+            if self._worker_id is not None:
                 # Other workers reach this one's sessions only once its own start-up is done.
-                private = PrivateServer(app, socket_path(self.socket_dir, self.worker_id))
-                stack.push_async_callback(self.forwarder.close)
+                private = PrivateServer(app, socket_path(self._socket_dir, self._worker_id))
+                stack.push_async_callback(self._forwarder.close)
                 await private.start()
                 stack.push_async_callback(private.stop)
             # Held from now until the private socket is gone: while it is, this worker is alive.
@@ -140,20 +195,39 @@ class SimpleServer:
         return server_error(error)
 
 
+def find_server_class(module: ModuleType) -> type[SimpleServer]:
+    """The server a module defines: its ``ServerApp``'s class, else the one server class defined in it
+    that no other class of the module extends."""
+    app = getattr(module, "app", None)
+    if isinstance(app, ServerApp):
+        return app.server_class
+    defined = [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type) and issubclass(value, SimpleServer) and value.__module__ == module.__name__
+    ]
+    leaves = [cls for cls in defined if not any(other is not cls and issubclass(other, cls) for other in defined)]
+    if len(leaves) != 1:
+        found = ", ".join(cls.__name__ for cls in leaves) or "none"
+        raise LookupError(f"{module.__name__} must define exactly one server class (a SimpleServer subclass); found {found}")
+    return leaves[0]
+
+
 class ServerApp:
-    """A server module's module-level ``app``, which uvicorn imports in every worker.
+    """The module-level ``app`` of servers not yet moved to upstream's style (the launcher needs none).
 
     It is built on first use from the config the launcher put in the environment, so importing the
-    module (in tests, or to read its request models) starts nothing.
+    module starts nothing. Its server gets the reading client (``nemo_gym.client.ServerClient``,
+    whose calls return a ``ServerReply``) as ``server_client``, which is what those servers call.
     """
 
     def __init__(self, server_class: type[SimpleServer]) -> None:
         self.server_class = server_class
-        self._app: FastAPI | None = None
+        self._app: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._app is None:
-            self._app = self.server_class.from_environment().build_app()
+            self._app = self.server_class.from_environment(ReadingClient).build_app()
         await self._app(scope, receive, send)
 
 

@@ -48,7 +48,7 @@ from nemo_gym.client import cookie_header
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.launcher import Launcher
 from nemo_gym.routing.worker import OWNER_KEY, SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir, socket_path
-from nemo_gym.server import CONFIG_PATH_ENV, INSTANCE_ENV
+from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
 
 COUNTER = "example_session_state_mgmt"
 COUNTER_MODULE = f"resources_servers.{COUNTER}.app"

@@ -33,7 +33,8 @@ from nemo_gym.base_resources_server import (
     SimpleResourcesServer,
 )
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
-from nemo_gym.server import CONFIG_PATH_ENV, INSTANCE_ENV, ServerApp
+from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
+from nemo_gym.server import ServerApp, find_server_class
 
 KEEP_ALIVE_SECONDS = 75  # as nemo_gym.serve
 
@@ -45,7 +46,7 @@ class BenchServerConfig(BaseResourcesServerConfig):
 class BenchServer(SimpleResourcesServer):
     """Keeps nothing per session; ``/verify`` burns CPU, then rewards 1.0."""
 
-    config_class = BenchServerConfig
+    config: BenchServerConfig
 
     async def verify(self, request: Request, body: BaseVerifyRequest) -> BaseVerifyResponse:
         burn_cpu(self.config.verify_cpu_ms / 1000)
@@ -92,7 +93,7 @@ def serve(module: str) -> None:
 
 def worker(module: str, port: int) -> None:
     """One worker of the instance (its settings say how many there are), on ``port``."""
-    server_class = importlib.import_module(module).app.server_class
+    server_class = find_server_class(importlib.import_module(module))
     server = server_class.from_environment()
     uvicorn.run(server.build_app(), **uvicorn_options(server.config.host, port))
 

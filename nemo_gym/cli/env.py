@@ -23,6 +23,7 @@ from nemo_gym.launcher import Launcher
 from nemo_gym.openai_types import Response
 from nemo_gym.presets import environment_trio
 from nemo_gym.rollouts import read_rows
+from nemo_gym.server import find_server_class
 from nemo_gym.server_paths import EXTRA_ROOTS_ENV, find_implementation, make_importable, search_roots
 
 CREDENTIAL_KEY = re.compile(r"secret|api_key|token|password", re.IGNORECASE)
@@ -129,9 +130,9 @@ def check_example_data(directory: Path, path: str | Path | None = None) -> int:
     make_importable(directory)
     module_name = f"resources_servers.{directory.name}.app"
     try:
-        server_class = importlib.import_module(module_name).app.server_class
-    except (ImportError, AttributeError) as error:
-        raise ValueError(f"{directory / 'app.py'}: cannot load a server app from {module_name}: {error!r}") from None
+        server_class = find_server_class(importlib.import_module(module_name))
+    except (ImportError, LookupError) as error:
+        raise ValueError(f"{directory / 'app.py'}: cannot load a server from {module_name}: {error!r}") from None
     seed_model, verify_model = body_model(server_class.seed_session), body_model(server_class.verify)
     path = Path(path) if path else directory / "data" / "example.jsonl"
     problems = 0

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from nemo_gym import SESSION_ID_KEY
 from nemo_gym.base_resources_server import (
+    BaseResourcesServerConfig,
     BaseSeedSessionRequest,
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.server import ServerApp
+from nemo_gym.server_utils import SESSION_ID_KEY
 
 
 class CounterSeedSessionRequest(BaseSeedSessionRequest):
@@ -46,9 +46,8 @@ class CounterVerifyResponse(BaseVerifyResponse):
 
 
 class CounterServer(SimpleResourcesServer):
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.counters: dict[str, int] = {}
+    config: BaseResourcesServerConfig
+    counters: dict[str, int] = Field(default_factory=dict)
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -83,4 +82,5 @@ class CounterServer(SimpleResourcesServer):
         return CounterVerifyResponse(**body.model_dump(), reward=reward, count=count)
 
 
-app = ServerApp(CounterServer)
+if __name__ == "__main__":
+    CounterServer.run_webserver()

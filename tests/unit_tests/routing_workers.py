@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import json
 from base64 import b64decode, b64encode
-from typing import Any
+from typing import Any, ClassVar
 
 import aiohttp
 from fastapi import FastAPI, Request
@@ -26,7 +26,7 @@ from tests.unit_tests.in_process_server import serving
 class EchoServer(SimpleResourcesServer):
     """Tells who handled a request and what arrived; keeps a per-session counter; can stream and hang."""
 
-    cancelled: list[str] = []
+    cancelled: ClassVar[list[str]] = []
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -109,8 +109,8 @@ class Worker:
     def __init__(
         self, name: str, num_workers: int, socket_dir: str | None, server_class: type[EchoServer] = EchoServer, **settings: Any
     ) -> None:
-        self.server = server_class(name, instances(name, num_workers, **settings), socket_dir)
-        self.app = self.server.build_app()
+        self.server = server_class.for_instance(name, instances(name, num_workers, **settings))
+        self.app = self.server.build_app(socket_dir)
         self.port = gym_config.free_port()
         self.serving = contextlib.AsyncExitStack()
 

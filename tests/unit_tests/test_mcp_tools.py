@@ -66,12 +66,12 @@ class SessionEchoServer(CounterServer):
 def make_server(server_class: type[SimpleResourcesServer] = CounterServer, **settings: Any) -> SimpleResourcesServer:
     settings = {"port": gym_config.free_port(), "expose_tools_over_mcp": True, **settings}
     instances = gym_config.parse({NAME: {"resources_servers": {"example_session_state_mgmt": settings}}})
-    return server_class(NAME, instances)
+    return server_class.for_instance(NAME, instances)
 
 
-def serving(server: SimpleResourcesServer) -> contextlib.AbstractAsyncContextManager[str]:
+def serving(server: SimpleResourcesServer, socket_dir: str | None = None) -> contextlib.AbstractAsyncContextManager[str]:
     """Serve the server's app with uvicorn (lifespan on) on its configured port; yields its base URL."""
-    return in_process_server.serving(server.build_app(), server.config.port)
+    return in_process_server.serving(server.build_app(socket_dir), server.config.port)
 
 
 @contextlib.asynccontextmanager
@@ -261,8 +261,8 @@ async def test_a_multi_worker_server_puts_this_workers_id_in_the_token():
         instances = gym_config.parse(
             {NAME: {"resources_servers": {"example_session_state_mgmt": {"port": gym_config.free_port(), "num_workers": 2, "expose_tools_over_mcp": True}}}}
         )
-        server = CounterServer(NAME, instances, socket_dir=socket_dir)
-        async with serving(server), http_client(server) as client:
+        server = CounterServer.for_instance(NAME, instances)
+        async with serving(server, socket_dir), http_client(server) as client:
             _, mcp = await seed(client)
     finally:
         remove_socket_dir(socket_dir)

@@ -48,7 +48,7 @@ async def probe():
     """A running ProbeServer and a ServerClient that reaches it by name."""
     instances = probe_instances()
     client = ServerClient(instances)
-    async with serving(ProbeServer(NAME, instances).build_app(), instances[NAME].port):
+    async with serving(ProbeServer.for_instance(NAME, instances).build_app(), instances[NAME].port):
         try:
             yield client
         finally:
@@ -129,7 +129,7 @@ async def test_every_reply_sets_the_session_cookie_errors_included_so_a_replacin
         ("POST", "/boom", {}, 500),
         ("POST", "/count", {"count": 1}, 200),
     ]:
-        reply = await probe.request(method, NAME, path, body, cookies, None)
+        reply = await probe.call(method, NAME, path, body, cookies, None)
         assert reply.status == status
         assert set(reply.cookies) == {f"{NAME}_session"}, (path, status)
         cookies = reply.cookies  # replaced, never merged: what upstream NeMo Gym's agents do

@@ -25,8 +25,8 @@ from nemo_gym.session_token import TOKEN_HEADER, mint_token, read_token, token_s
 from tests.unit_tests.routing_workers import McpPathEchoServer, instances, signed_session
 
 NAME = f"reading_{uuid.uuid4().hex[:8]}"
-SERVER = McpPathEchoServer(NAME, instances(NAME, 2, session_secret="s" * 40), socket_dir="/nonexistent")
-ROUTER = SERVER.build_app()
+SERVER = McpPathEchoServer.for_instance(NAME, instances(NAME, 2, session_secret="s" * 40))
+ROUTER = SERVER.build_app(socket_dir="/nonexistent")
 APP = ROUTER.app  # what the router serves locally: SessionMiddleware and the routes
 OWNERS = ["a" * 16, "b" * 16]
 COOKIE = SERVER.session_cookie

@@ -1,0 +1,141 @@
+"""Upstream NeMo Gym's client side of a server, under its names: ``ServerClient`` and the reply helpers.
+
+``ServerClient.request/get/post(server_name, url_path, ...)`` call another instance of the running
+config by name and return the ``aiohttp.ClientResponse`` itself; ``raise_for_status`` and
+``get_response_json`` read it. One pooled aiohttp session per client, with no cookie jar: callers pass
+``cookies=`` explicitly (aiohttp's own argument), the way an agent threading many sessions must.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from omegaconf import DictConfig
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+from nemo_gym import SESSION_ID_KEY
+from nemo_gym.config_types import BaseServerConfig
+from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
+
+__all__ = [
+    "SESSION_ID_KEY",
+    "ServerClient",
+    "get_first_server_config_dict",
+    "get_response_json",
+    "get_server_url",
+    "is_nemo_gym_fastapi_entrypoint",
+    "raise_for_status",
+    "request",
+]
+
+MAX_NUM_TRIES = 3
+DEFAULT_HEAD_SERVER_PORT = 11000
+DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=600, sock_connect=10)
+WORKER_ENV = "IS_NEMO_GYM_FASTAPI_WORKER"
+ENTRYPOINT_ENV = "IS_NEMO_GYM_FASTAPI_ENTRYPOINT"
+NUM_WORKERS_ENV = "NEMO_GYM_FASTAPI_NUM_WORKERS"
+
+
+def new_session(limit: int = 0) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=limit), cookie_jar=aiohttp.DummyCookieJar(), timeout=DEFAULT_TIMEOUT
+    )
+
+
+async def send(session: aiohttp.ClientSession, method: str, url: str, **kwargs: Any) -> aiohttp.ClientResponse:
+    """One request; a refused connection (nothing was sent, so a retry cannot apply anything twice) is tried again."""
+    if isinstance(kwargs.get("json"), BaseModel):
+        kwargs["json"] = kwargs["json"].model_dump(mode="json", exclude_unset=True)
+    for attempt in range(1, MAX_NUM_TRIES + 1):
+        try:
+            return await session.request(method, url, **kwargs)
+        except aiohttp.ClientConnectorError:
+            if attempt == MAX_NUM_TRIES:
+                raise
+            await asyncio.sleep(0.1 * attempt)
+    raise AssertionError("unreachable")
+
+
+class ServerClient(BaseModel):
+    """Calls the instances of one config by name."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    head_server_config: BaseServerConfig | None = None
+    global_config_dict: DictConfig
+    limit: int = 0
+    _session: aiohttp.ClientSession | None = PrivateAttr(None)
+    _urls: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def load_from_global_config(cls, head_server_config: BaseServerConfig | None = None) -> "ServerClient":
+        return cls(head_server_config=head_server_config, global_config_dict=get_global_config_dict())
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = new_session(self.limit)
+        return self._session
+
+    def url(self, server_name: str, url_path: str) -> str:
+        base = self._urls.get(server_name)
+        if base is None:
+            settings = get_first_server_config_dict(self.global_config_dict, server_name)
+            base = self._urls[server_name] = f"http://{settings['host']}:{settings['port']}"
+        return f"{base}{url_path}"
+
+    async def request(self, server_name: str, url_path: str, method: str, **kwargs: Any) -> aiohttp.ClientResponse:
+        """``method url_path`` on the instance named ``server_name``; ``kwargs`` go to aiohttp (``json``, ``cookies`` ...)."""
+        return await send(self.session(), method, self.url(server_name, url_path), **kwargs)
+
+    async def get(self, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
+        return await self.request(server_name, url_path, "GET", **kwargs)
+
+    async def post(self, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
+        return await self.request(server_name, url_path, "POST", **kwargs)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+_shared_sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+
+
+async def request(method: str, url: str, _internal: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
+    """``method url`` on the process's shared pooled session (one per event loop)."""
+    loop = asyncio.get_running_loop()
+    session = _shared_sessions.get(loop)
+    if session is None or session.closed:
+        session = _shared_sessions[loop] = new_session()
+    return await send(session, method, url, **kwargs)
+
+
+async def raise_for_status(response: aiohttp.ClientResponse) -> None:
+    """An error status raises ``aiohttp.ClientResponseError`` whose message is the reply's body."""
+    if response.status >= 400:
+        text = (await response.read()).decode("utf-8", errors="replace")
+        raise aiohttp.ClientResponseError(
+            response.request_info, response.history, status=response.status, message=text, headers=response.headers
+        )
+
+
+async def get_response_json(response: aiohttp.ClientResponse) -> Any:
+    return await response.json(content_type=None)
+
+
+def get_server_url(server_name: str) -> str:
+    settings = get_first_server_config_dict(get_global_config_dict(), server_name)
+    return f"http://{settings['host']}:{settings['port']}"
+
+
+def is_nemo_gym_fastapi_entrypoint(file: str) -> bool:
+    """Whether this process is a uvicorn worker the launcher started to serve the module at ``file``."""
+    entrypoint = os.environ.get(ENTRYPOINT_ENV)
+    if os.environ.get(WORKER_ENV) != "1" or not entrypoint:
+        return False
+    return Path(file).resolve().parts[-len(Path(entrypoint).parts) :] == Path(entrypoint).parts
