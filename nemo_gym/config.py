@@ -177,7 +177,7 @@ def check_settings(instances: dict[str, Instance], roots: list[Path] | None = No
             module = importlib.import_module(instance.module)
             server_class = find_server_class(module)
         except (ImportError, LookupError) as error:
-            raise ConfigError(f"{_where(instance, 'entrypoint')}: cannot load a server from {instance.module}: {error!r}") from error
+            raise ConfigError(f"{_where(instance, 'entrypoint')}: cannot load a server app from {instance.module}: {error!r}") from error
         if not Path(module.__file__).resolve().is_relative_to(instance.directory):
             raise ConfigError(f"{_where(instance)}: {instance.module} was already imported from {module.__file__}, not from {instance.directory}")
         try:

@@ -132,7 +132,7 @@ def check_example_data(directory: Path, path: str | Path | None = None) -> int:
     try:
         server_class = find_server_class(importlib.import_module(module_name))
     except (ImportError, LookupError) as error:
-        raise ValueError(f"{directory / 'app.py'}: cannot load a server from {module_name}: {error!r}") from None
+        raise ValueError(f"{directory / 'app.py'}: cannot load a server app from {module_name}: {error!r}") from None
     seed_model, verify_model = body_model(server_class.seed_session), body_model(server_class.verify)
     path = Path(path) if path else directory / "data" / "example.jsonl"
     problems = 0
