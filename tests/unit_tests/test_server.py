@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import types
+from typing import Any, Dict
+
 import aiohttp
 import pytest
 from fastapi import FastAPI, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, ValidationError
 
 from nemo_gym import SESSION_ID_KEY
+from nemo_gym import config as gym_config
+from nemo_gym.base_resources_server import BaseResourcesServerConfig, ReverifyMode, SimpleResourcesServer
 from nemo_gym.client import ServerClient
 from nemo_gym.config import Instance, free_port
-from nemo_gym.server import SimpleServer
+from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV, get_global_config_dict
+from nemo_gym.server import SimpleServer, find_server_class
+from nemo_gym.server_utils import WORKER_ENV
 from tests.unit_tests.in_process_server import serving
 
 NAME = "probe"
@@ -135,3 +143,104 @@ async def test_every_reply_sets_the_session_cookie_errors_included_so_a_replacin
         cookies = reply.cookies  # replaced, never merged: what upstream NeMo Gym's agents do
     again = await probe.get(NAME, "/whoami", cookies=cookies)
     assert again.body["session_id"] == first.body["session_id"]
+
+
+class CounterConfig(BaseResourcesServerConfig):
+    REVERIFY_MODE = ReverifyMode.STATELESS
+    start: int = 0
+
+
+class PydanticStateServer(SimpleResourcesServer):
+    """Upstream's style: the config class from the annotation, state in pydantic fields and private attributes."""
+
+    config: CounterConfig
+    session_id_to_counter: Dict[str, int] = Field(default_factory=dict)
+
+    def model_post_init(self, context: Any) -> None:
+        self._calls = 0
+        return super().model_post_init(context)
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/increment")(self.increment)
+        return app
+
+    async def increment(self, request: Request) -> dict[str, int]:
+        self._calls += 1
+        session_id = request.session[SESSION_ID_KEY]
+        self.session_id_to_counter[session_id] = self.session_id_to_counter.get(session_id, self.config.start) + 1
+        return {"count": self.session_id_to_counter[session_id], "calls": self._calls}
+
+
+def counter_instances(**settings: Any) -> dict[str, Instance]:
+    data = {"pyd": {"resources_servers": {"example_session_state_mgmt": {"port": free_port(), **settings}}}}
+    return gym_config.parse(data)
+
+
+def test_the_config_class_is_the_annotation_of_config_with_the_instance_name_filled_in():
+    server = PydanticStateServer.for_instance("pyd", counter_instances(start=5))
+    assert PydanticStateServer.config_class is CounterConfig
+    assert (type(server.config), server.config.name, server.config.start) == (CounterConfig, "pyd", 5)
+
+
+def test_a_typo_in_an_upstream_style_config_is_an_error_naming_the_key():
+    with pytest.raises(ValidationError, match="strat"):
+        PydanticStateServer.validate_config("pyd", {"port": 1, "strat": 5})
+
+
+@pytest.mark.anyio
+async def test_pydantic_fields_and_private_attributes_hold_state_across_requests():
+    instances = counter_instances(start=5)
+    client = ServerClient(instances)
+    async with serving(PydanticStateServer.for_instance("pyd", instances).build_app(), instances["pyd"].port):
+        first = await client.post("pyd", "/increment", json={})
+        again = await client.post("pyd", "/increment", json={}, cookies=first.cookies)
+        stranger = await client.post("pyd", "/increment", json={})
+    await client.close()
+    assert (first.body, again.body, stranger.body) == ({"count": 6, "calls": 1}, {"count": 7, "calls": 2}, {"count": 6, "calls": 3})
+
+
+@pytest.mark.anyio
+async def test_get_reverify_mode_answers_the_mode_the_config_class_declares():
+    for server_class, mode in ((PydanticStateServer, "stateless"), (SimpleResourcesServer, "unknown")):
+        instances = counter_instances()
+        client = ServerClient(instances)
+        async with serving(server_class.for_instance("pyd", instances).build_app(), instances["pyd"].port):
+            reply = await client.get("pyd", "/reverify_mode")
+        await client.close()
+        assert (reply.status, reply.body) == (200, mode)
+
+
+def module_with(source: str, name: str = "fixture_module") -> types.ModuleType:
+    module = types.ModuleType(name)
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    return module
+
+
+HEADER = "from nemo_gym.base_resources_server import SimpleResourcesServer\n"
+
+
+def test_find_server_class_takes_the_one_server_class_a_module_defines():
+    module = module_with(HEADER + "class Base(SimpleResourcesServer): pass\nclass Counter(Base): pass\n")
+    assert find_server_class(module) is module.Counter
+
+
+def test_a_module_with_two_unrelated_server_classes_is_an_error_naming_them():
+    module = module_with(HEADER + "class One(SimpleResourcesServer): pass\nclass Two(SimpleResourcesServer): pass\n")
+    with pytest.raises(LookupError, match="found One, Two"):
+        find_server_class(module)
+
+
+def test_run_webserver_in_a_launcher_worker_returns_the_app_unserved(monkeypatch, tmp_path):
+    instances = counter_instances(num_workers=1)
+    (tmp_path / "config.json").write_text(json.dumps(instances["pyd"].to_dict()))
+    monkeypatch.setenv(CONFIG_PATH_ENV, str(tmp_path / "config.json"))
+    monkeypatch.setenv(INSTANCE_ENV, "pyd")
+    monkeypatch.setenv(WORKER_ENV, "1")
+    get_global_config_dict.cache_clear()
+    try:
+        app = PydanticStateServer.run_webserver()
+    finally:
+        get_global_config_dict.cache_clear()
+    assert isinstance(app, FastAPI)
+    assert {"/increment", "/verify", "/reverify_mode"} <= {route.path for route in app.routes}

@@ -1,0 +1,85 @@
+"""nemo_gym.server_utils: upstream's ServerClient interface and reply helpers, against a real server."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+from fastapi import FastAPI, HTTPException, Request
+from omegaconf import OmegaConf
+from pydantic import BaseModel
+
+from nemo_gym import config as gym_config
+from nemo_gym.server_utils import (
+    ENTRYPOINT_ENV,
+    WORKER_ENV,
+    ServerClient,
+    get_response_json,
+    is_nemo_gym_fastapi_entrypoint,
+    raise_for_status,
+)
+from tests.unit_tests.in_process_server import serving
+
+
+class Partial(BaseModel):
+    a: int = 1
+    b: int | None = None
+
+
+def echo_app() -> FastAPI:
+    app = FastAPI()
+
+    @app.post("/echo")
+    async def echo(request: Request) -> dict:
+        return {"body": await request.json(), "cookies": dict(request.cookies)}
+
+    @app.get("/teapot")
+    async def teapot() -> None:
+        raise HTTPException(418, "short and stout")
+
+    return app
+
+
+@pytest.fixture
+async def client():
+    port = gym_config.free_port()
+    client = ServerClient(global_config_dict=OmegaConf.create({"echo": {"resources_servers": {"x": {"host": "127.0.0.1", "port": port}}}}))
+    async with serving(echo_app(), port):
+        yield client
+    await client.close()
+
+
+@pytest.mark.anyio
+async def test_post_by_instance_name_returns_the_aiohttp_response_and_sends_cookies_as_given(client):
+    response = await client.post(server_name="echo", url_path="/echo", json={"n": 1}, cookies={"echo_session": "abc"})
+    assert isinstance(response, aiohttp.ClientResponse)
+    await raise_for_status(response)
+    assert await get_response_json(response) == {"body": {"n": 1}, "cookies": {"echo_session": "abc"}}
+
+
+@pytest.mark.anyio
+async def test_a_pydantic_body_is_sent_with_only_the_fields_that_were_set(client):
+    response = await client.post("echo", "/echo", json=Partial(b=2))
+    assert (await get_response_json(response))["body"] == {"b": 2}
+
+
+@pytest.mark.anyio
+async def test_raise_for_status_raises_with_the_replys_body(client):
+    response = await client.get("echo", "/teapot")
+    with pytest.raises(aiohttp.ClientResponseError) as raised:
+        await raise_for_status(response)
+    assert raised.value.status == 418 and "short and stout" in raised.value.message
+
+
+@pytest.mark.anyio
+async def test_an_unknown_instance_name_is_a_key_error_naming_it(client):
+    with pytest.raises(KeyError, match="no server instance named 'nope'"):
+        await client.post("nope", "/echo", json={})
+
+
+def test_is_nemo_gym_fastapi_entrypoint_only_in_a_launcher_worker_for_that_file(monkeypatch, tmp_path):
+    app_py = tmp_path / "resources_servers" / "counter" / "app.py"
+    assert not is_nemo_gym_fastapi_entrypoint(str(app_py))
+    monkeypatch.setenv(WORKER_ENV, "1")
+    monkeypatch.setenv(ENTRYPOINT_ENV, "resources_servers/counter/app.py")
+    assert is_nemo_gym_fastapi_entrypoint(str(app_py))
+    assert not is_nemo_gym_fastapi_entrypoint(str(tmp_path / "resources_servers" / "other" / "app.py"))
