@@ -18,17 +18,17 @@ APP = '''"""{name}: a resources server made by `gym env init`. Each session keep
 from __future__ import annotations
 
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from nemo_gym import SESSION_ID_KEY
 from nemo_gym.base_resources_server import (
+    BaseResourcesServerConfig,
     BaseSeedSessionRequest,
     BaseSeedSessionResponse,
     BaseVerifyRequest,
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.server import ServerApp
+from nemo_gym.server_utils import SESSION_ID_KEY
 
 
 class SeedSessionRequest(BaseSeedSessionRequest):
@@ -57,10 +57,9 @@ class VerifyResponse(BaseVerifyResponse):
 
 
 class {class_name}(SimpleResourcesServer):
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        # Per-session state: a plain dict keyed by the session id, whatever the number of workers.
-        self.counts: dict[str, int] = {{}}
+    config: BaseResourcesServerConfig
+    # Per-session state: a dict keyed by the session id, whatever the number of workers.
+    counts: dict[str, int] = Field(default_factory=dict)
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -94,7 +93,8 @@ class {class_name}(SimpleResourcesServer):
         return VerifyResponse(**body.model_dump(), reward=reward, count=count)
 
 
-app = ServerApp({class_name})
+if __name__ == "__main__":
+    {class_name}.run_webserver()
 '''
 
 CONFIG = """# {name} with a simple_agent, played by the embedded scripted backend.
