@@ -108,7 +108,7 @@ class SimpleServer(BaseModel):
         anywhere else (``python app.py`` with the launcher's environment), serve this instance."""
         if os.environ.get(WORKER_ENV) == "1":
             return cls.from_environment().build_app()
-        from nemo_gym.serve import serve
+        from nemo_gym.serve import serve  # nemo_gym.serve imports this module
 
         serve(cls)
         return None
