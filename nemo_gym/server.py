@@ -22,6 +22,7 @@ from nemo_gym.errors import ServerErrorsAsJson, server_error
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.liveness import LifeLock
 from nemo_gym.routing.owner import OwnerReader
+from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.private_server import PrivateServer
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, new_worker_id, socket_path
@@ -44,6 +45,8 @@ class BaseServerConfig(CatalogSettings):
     session_secret: str | None = None
     # Off switch for session routing (on by default for resources servers and agents).
     route_sessions: bool = True
+    # Off switch for balanced placement: with it off, a new session lives where its first request lands.
+    place_sessions: bool = True
 
 
 class SimpleServer:
@@ -66,10 +69,12 @@ class SimpleServer:
         self.worker_id: str | None = None
         # Where each worker holds its life lock (and, routed, serves its private socket).
         self.socket_dir: str | None = None
+        self.placement: Placement | None = None
         if self.is_routed(self.config):
             self.worker_id = new_worker_id()
             self.socket_dir = socket_dir or os.environ[SOCKET_DIR_ENV]
             self.forwarder = Forwarder(self.socket_dir)
+            self.placement = Placement(self.socket_dir, self.worker_id, balance=self.config.place_sessions)
         elif self.config.num_workers > 1:
             # Unrouted workers too tell the launcher, by their lock, that they serve.
             self.socket_dir = socket_dir or os.environ.get(SOCKET_DIR_ENV) or None
@@ -106,12 +111,12 @@ class SimpleServer:
         """The app uvicorn serves: with routing, the session router in front of everything else."""
         app = self.setup_webserver()
         app.add_middleware(ServerErrorsAsJson)
-        app.add_middleware(SessionIdMiddleware, owner=self.worker_id)
+        app.add_middleware(SessionIdMiddleware, placement=self.placement)
         app.add_middleware(SessionMiddleware, **self.session_options)
         if self.worker_id is None:
             return app
         owners = OwnerReader(self.session_options, token_serializer(self.secret))
-        return SessionRouter(app, self.worker_id, owners, self.forwarder)
+        return SessionRouter(app, self.worker_id, owners, self.forwarder, self.placement)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
@@ -128,6 +133,8 @@ class SimpleServer:
                 stack.push_async_callback(self.forwarder.close)
                 await private.start()
                 stack.push_async_callback(private.stop)
+                self.placement.open()
+                stack.callback(self.placement.close)
             # Held from now until the private socket is gone: while it is, this worker is alive.
             life_lock.hold()
             yield

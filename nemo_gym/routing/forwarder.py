@@ -85,14 +85,21 @@ class Forwarder:
         A caller that leaves cancels it. Only a dead owner's pooled connections are dropped: closing a
         live owner's would abort the requests it is serving.
         """
-        exchange = Exchange(scope, receive, send)
         try:
-            await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body))
+            await self.try_forward(owner, scope, receive, send, self.busy_wait_seconds)
         except OwnerGone:
-            await self.forget(owner)
             await lost_session(owner)(scope, receive, send)
         except OwnerBusy:
             await busy_owner(owner, self.busy_wait_seconds)(scope, receive, send)
+
+    async def try_forward(self, owner: str, scope: Scope, receive: Receive, send: Send, busy_wait_seconds: float) -> None:
+        """Forward and stream back; raises ``OwnerGone`` or ``OwnerBusy``, with nothing sent, if it cannot."""
+        exchange = Exchange(scope, receive, send)
+        try:
+            await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body, busy_wait_seconds))
+        except OwnerGone:
+            await self.forget(owner)
+            raise
         except (CallerLeft, aiohttp.ClientConnectionError) as error:
             if exchange.caller_left:
                 return
@@ -100,12 +107,11 @@ class Forwarder:
                 raise  # the reply is half sent: only a closed connection can tell the caller
             if not is_alive(self.socket_dir, owner):
                 await self.forget(owner)
-                await lost_session(owner)(scope, receive, send)
-                return
+                raise OwnerGone(owner) from error
             detail = f"Forwarding to worker {owner}, which owns this session, failed: {error!r}"
             await JSONResponse(status_code=502, content={"detail": detail})(scope, receive, send)
 
-    async def relay_when_reachable(self, owner: str, exchange: "Exchange", body: RequestBody) -> None:
+    async def relay_when_reachable(self, owner: str, exchange: "Exchange", body: RequestBody, busy_wait_seconds: float) -> None:
         """Relay, retrying while the owner lives but cannot take the connection yet (its backlog is full)."""
         deadline = None
         pause = FIRST_RETRY_PAUSE_SECONDS
@@ -117,7 +123,7 @@ class Forwarder:
                 if not is_alive(self.socket_dir, owner):
                     raise OwnerGone(owner) from None
                 now = asyncio.get_running_loop().time()
-                deadline = deadline or now + self.busy_wait_seconds
+                deadline = deadline or now + busy_wait_seconds
                 if now >= deadline:
                     raise OwnerBusy(owner) from None
                 await asyncio.sleep(pause)

@@ -412,3 +412,59 @@ async def test_owner_whose_life_lock_is_free_is_dead_and_gets_410_at_once(pair):
     async with asyncio.timeout(5):
         response = await caller.post(b, "/increment", cookies)
     assert response.status == 410
+
+
+@pytest.fixture
+async def placing_pair():
+    """Workers A and B with balanced placement on, each aware of the other."""
+    socket_dir = tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")
+    name = f"echo_{uuid.uuid4().hex[:8]}"
+    a = await Worker(name, 2, socket_dir, place_sessions=True).start()
+    b = await Worker(name, 2, socket_dir, place_sessions=True).start()
+    for worker in (a, b):
+        worker.server.placement.refresh()
+    caller = Caller()
+    yield a, b, caller
+    await caller.close()
+    await a.stop()
+    await b.stop()
+    os.rmdir(socket_dir)
+
+
+async def test_new_sessions_arriving_at_one_worker_are_started_on_the_one_that_started_fewest(placing_pair):
+    a, b, caller = placing_pair
+    owners = []
+    for number in range(20):
+        response = await caller.post(a, "/echo/x", data=f"seed {number}")
+        body = await response.json()
+        assert body["body"] == f"seed {number}"  # the body the placement read first still arrives
+        owners.append(body["worker"])
+        assert owner_of(a, {key: morsel.value for key, morsel in response.cookies.items()}) == body["worker"]
+    assert abs(owners.count(a.server.worker_id) - owners.count(b.server.worker_id)) <= 4
+
+
+async def test_a_new_session_meant_for_a_dead_sibling_starts_here(placing_pair):
+    a, b, caller = placing_pair
+    for _ in range(5):
+        await caller.post(a, "/echo/x")  # a has started more than b, so the next goes to b
+    assert a.server.placement.target() == b.server.worker_id
+    await b.stop()
+    response = await caller.post(a, "/echo/x", data="kept")
+    assert response.status == 200
+    body = await response.json()
+    assert (body["worker"], body["body"]) == (a.server.worker_id, "kept")
+    assert a.server.placement.target() is None
+
+
+async def test_a_replacement_worker_starts_level_with_the_least_loaded_sibling(placing_pair):
+    a, b, caller = placing_pair
+    for _ in range(6):
+        await caller.post(b, "/echo/x", headers={"Cookie": "ignored=1"})
+    started = a.server.placement.counts()[b.server.worker_id]
+    c = await Worker(a.server.name, 2, a.server.socket_dir, place_sessions=True).start()
+    try:
+        assert c.server.placement.counts() == {a.server.worker_id: c.server.placement.counts()[a.server.worker_id], b.server.worker_id: started}
+        own = c.server.placement.own
+        assert int.from_bytes(own[:8], "little") == min(c.server.placement.counts().values())
+    finally:
+        await c.stop()
