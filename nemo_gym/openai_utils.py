@@ -231,8 +231,9 @@ ECHOED_PARAMS = {
 }  # fmt: skip
 
 
-def new_response(params: NeMoGymResponseCreateParamsNonStreaming, **fields: Any) -> NeMoGymResponse:
-    """A completed response to ``params`` with a fresh id; ``fields`` (``output``, ``usage``, ...) fill in the rest."""
+def new_response(params: Optional[NeMoGymResponseCreateParamsNonStreaming] = None, **fields: Any) -> NeMoGymResponse:
+    """A completed response (to ``params``, whose settings it states back) with a fresh id; ``fields`` fill in the rest."""
+    params = params or NeMoGymResponseCreateParamsNonStreaming(input="")
     echoed = {name: getattr(params, name) for name in ECHOED_PARAMS if getattr(params, name) is not None}
     defaults = {"id": new_id("resp"), "created_at": int(time.time()), "object": "response", "status": "completed"}
     return NeMoGymResponse.model_validate({**defaults, "model": params.model or "", "output": [], **echoed, **fields})

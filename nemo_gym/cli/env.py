@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from nemo_gym import config as gym_config
 from nemo_gym.launcher import Launcher
-from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming, new_response
+from nemo_gym.openai_utils import new_response
 from nemo_gym.presets import environment_trio
 from nemo_gym.rollouts import read_rows
 
@@ -68,7 +68,7 @@ def check_example_data(name: str, path: str | Path | None = None) -> int:
     seed_model, verify_model = body_model(server_class.seed_session), body_model(server_class.verify)
     path = Path(path) if path else gym_config.REPO_ROOT / "resources_servers" / name / "data" / "example.jsonl"
     problems = 0
-    response = new_response(NeMoGymResponseCreateParamsNonStreaming(input="")).model_dump(mode="json", by_alias=True)
+    response = new_response().model_dump(mode="json", by_alias=True)
     rows = read_rows(path)
     for number, row in enumerate(rows, 1):
         try:
