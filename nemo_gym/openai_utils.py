@@ -112,7 +112,6 @@ def _item_types(sdk_union: Any) -> set[str]:
     return set().union(*(_literal_values(member.model_fields["type"].annotation) for member in members))
 
 
-
 def _item_tagger(sdk_types: set[str], input_messages: bool) -> typing.Callable[[Any], str]:
     """Which class an item is: its ``type``; among inputs, a message is past assistant output or a message given."""
 
