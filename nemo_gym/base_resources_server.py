@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.routing import BaseRoute
 
 from nemo_gym.mcp_tools import McpToolEndpoint, SeedSessionMcpMetadata, default_tool_routes
-from nemo_gym.openai_types import Response, ResponseCreateParams
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server import SimpleServer
 from nemo_gym.session_token import mint_token, token_serializer
 
@@ -37,8 +37,8 @@ class BaseVerifyRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    responses_create_params: ResponseCreateParams
-    response: Response
+    responses_create_params: NeMoGymResponseCreateParamsNonStreaming
+    response: NeMoGymResponse
 
 
 class BaseVerifyResponse(BaseVerifyRequest):

@@ -47,6 +47,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.client import cookie_header
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.launcher import Launcher
+from nemo_gym.openai_utils import new_response
 from nemo_gym.routing.worker import OWNER_KEY, SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir, socket_path
 from nemo_gym.server import CONFIG_PATH_ENV, INSTANCE_ENV
 
@@ -348,7 +349,7 @@ class EpisodeClient:
         await self.http.close()
 
 
-VERIFY_BODY = {"responses_create_params": {"input": "x"}, "response": {}}
+VERIFY_BODY = {"responses_create_params": {"input": "x"}, "response": new_response().model_dump(mode="json")}
 
 Episode = Callable[[EpisodeClient, str], Awaitable[Any]]
 

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from nemo_gym import config as gym_config
 from nemo_gym.cli.scaffold import scaffold
 from nemo_gym.launcher import Launcher
-from nemo_gym.openai_types import Response
+from nemo_gym.openai_utils import new_response
 from nemo_gym.presets import environment_trio
 from nemo_gym.rollouts import read_rows
 from nemo_gym.server_paths import EXTRA_ROOTS_ENV, find_implementation, make_importable, search_roots
@@ -135,11 +135,12 @@ def check_example_data(directory: Path, path: str | Path | None = None) -> int:
     seed_model, verify_model = body_model(server_class.seed_session), body_model(server_class.verify)
     path = Path(path) if path else directory / "data" / "example.jsonl"
     problems = 0
+    response = new_response().model_dump(mode="json", by_alias=True)
     rows = read_rows(path)
     for number, row in enumerate(rows, 1):
         try:
             seed_model.model_validate(row)
-            verify_model.model_validate({**row, "response": Response().model_dump()})
+            verify_model.model_validate({**row, "response": response})
         except ValidationError as error:
             problems += 1
             print(f"{path}: row {number}: {error}", file=sys.stderr)

@@ -7,6 +7,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from nemo_gym import config as gym_config
+from nemo_gym.openai_utils import new_response
 from resources_servers.swe_rebench.app import SweRebenchServer
 from responses_api_models.scripted_backend.app import SWE_REBENCH_FIXES, swe_rebench_playbook
 
@@ -42,7 +43,7 @@ def seeded(client, task_id="clamp_upper"):
 
 
 def verify(client, task_id="clamp_upper"):
-    reply = client.post("/verify", json={**ROWS[task_id], "response": {"output": []}})
+    reply = client.post("/verify", json={**ROWS[task_id], "response": new_response().model_dump(mode="json")})
     assert reply.status_code == 200, reply.text
     return reply.json()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 
 from nemo_gym.client import ServerClient
+from nemo_gym.openai_utils import new_response
 from nemo_gym.presets import agent_name, environment_trio
 from nemo_gym.rollouts import run_episodes
 from nemo_gym.routing.worker import OWNER_KEY
@@ -64,7 +65,7 @@ async def seed_all(url: str) -> list[dict[str, str]]:
 async def verify_all(client: ServerClient, cookies: list[dict[str, str]]) -> list:
     async def verify(start: int, jar: dict[str, str]):
         await asyncio.sleep(0.05)  # think time, so requests spread over connections and workers
-        body = {"responses_create_params": {"input": "x"}, "response": {}, "expected_count": start}
+        body = {"responses_create_params": {"input": "x"}, "response": new_response().model_dump(mode="json"), "expected_count": start}
         reply = await client.post(COUNTER, "/verify", json=body, cookies=jar)
         return reply.status, reply.body
 
