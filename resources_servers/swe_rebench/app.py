@@ -338,7 +338,7 @@ class SweRebenchServer(SimpleResourcesServer):
     async def run_hidden_tests(self, graded: Sandbox, patch: str) -> Grade:
         task = graded.task
         copy = ["sh", "-c", GRADE_COPY_SCRIPT, "grade", "apply" if patch else ""]
-        applied = await self.run(graded, copy, {"template": task.repo}, stdin=patch.encode())
+        applied = await self.run(graded, copy, {"template": task.repo}, stdin=patch.encode() if patch else None)
         if not applied.ok:
             return Grade(patch=patch, reason=f"the patch does not apply: {describe(applied)}")
         argv = [sys.executable, "-I", "-S", "-c", HIDDEN_TEST_RUNNER]

@@ -138,10 +138,11 @@ async def run_process(
     async def communicate() -> None:
         nonlocal dropped
         if stdin is not None:
+            # The process may exit without reading it; uvloop says so with RuntimeError ("the handler is closed").
             try:
                 process.stdin.write(stdin)
                 await process.stdin.drain()
-            except (BrokenPipeError, ConnectionResetError):
+            except (BrokenPipeError, ConnectionResetError, RuntimeError):
                 pass
             process.stdin.close()
         while chunk := await process.stdout.read(READ_CHUNK):

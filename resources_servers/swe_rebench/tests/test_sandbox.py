@@ -1,12 +1,14 @@
 """The sandbox helpers: paths that could leave the sandbox are refused; subprocesses are bounded."""
 
+import asyncio
 import os
 import sys
 import time
 
 import pytest
+import uvloop
 
-from resources_servers.swe_rebench.sandbox import PathError, resolve_inside, run_process
+from resources_servers.swe_rebench.sandbox import PathError, ProcessResult, resolve_inside, run_process
 
 
 ENV = {"PATH": os.environ["PATH"]}
@@ -88,3 +90,12 @@ def process_alive(pid: int) -> bool:
             return False
         time.sleep(0.05)
     return os.path.exists(f"/proc/{pid}")
+
+
+def test_stdin_that_the_process_never_reads_is_dropped_under_uvloop(root):
+    async def feed_a_process_that_exits_at_once() -> list[ProcessResult]:
+        return [await run_process(["sh", "-c", "exit 4"], root, ENV, 10, 1000, stdin=b"x" * 1_000_000) for _ in range(20)]
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        results = runner.run(feed_a_process_that_exits_at_once())
+    assert all(result.exit_code == 4 for result in results)
