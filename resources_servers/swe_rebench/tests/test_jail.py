@@ -21,7 +21,7 @@ from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
 from nemo_gym.sessions import state_dir
 from resources_servers.swe_rebench.app import DEFAULT_TASKS_DIR
 from resources_servers.swe_rebench.jail import JailError
-from resources_servers.swe_rebench.tests.test_app import ROWS, make_server, seeded, verify
+from resources_servers.swe_rebench.tests.test_app import make_server, seeded, verify
 from responses_api_models.scripted_backend.app import SWE_REBENCH_FIXES
 
 FIX = SWE_REBENCH_FIXES["bounds.py"]
