@@ -74,7 +74,7 @@ class SimpleServer:
             self.worker_id = new_worker_id()
             self.socket_dir = socket_dir or os.environ[SOCKET_DIR_ENV]
             self.forwarder = Forwarder(self.socket_dir)
-            self.placement = Placement(self.socket_dir, self.worker_id, balance=self.config.place_sessions)
+            self.placement = Placement(self.socket_dir, self.worker_id, self.config.num_workers, balance=self.config.place_sessions)
         elif self.config.num_workers > 1:
             # Unrouted workers too tell the launcher, by their lock, that they serve.
             self.socket_dir = socket_dir or os.environ.get(SOCKET_DIR_ENV) or None
@@ -111,7 +111,7 @@ class SimpleServer:
         """The app uvicorn serves: with routing, the session router in front of everything else."""
         app = self.setup_webserver()
         app.add_middleware(ServerErrorsAsJson)
-        app.add_middleware(SessionIdMiddleware, placement=self.placement)
+        app.add_middleware(SessionIdMiddleware, owner=self.worker_id)
         app.add_middleware(SessionMiddleware, **self.session_options)
         if self.worker_id is None:
             return app

@@ -10,7 +10,6 @@ from pathlib import Path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.worker import OWNER_KEY
 
 
@@ -47,18 +46,17 @@ class SessionIdMiddleware:
     sends one only for a changed session): a client that replaces its cookies with each reply's,
     as upstream NeMo Gym's agents do, keeps its session. With several workers it also stamps the
     session with its owner, this worker, when the session has none yet: a new session, or one minted
-    by a single-worker server, which this worker adopts, and counts it for ``placement``.
+    by a single-worker server, which this worker adopts.
     """
 
-    def __init__(self, app: ASGIApp, placement: Placement | None = None) -> None:
+    def __init__(self, app: ASGIApp, owner: str | None = None) -> None:
         self.app = app
-        self.placement = placement
+        self.owner = owner
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             session = scope["session"]
             session[SESSION_ID_KEY] = session.get(SESSION_ID_KEY) or uuid.uuid4().hex
-            if self.placement is not None and OWNER_KEY not in session:
-                session[OWNER_KEY] = self.placement.worker_id
-                self.placement.started_one()
+            if self.owner is not None and OWNER_KEY not in session:
+                session[OWNER_KEY] = self.owner
         await self.app(scope, receive, send)

@@ -2,21 +2,22 @@
 
 The kernel spreads connections over a server's workers unevenly, and a session lives where its first
 request is served, so without help some workers hold several times the sessions of others. Each worker
-publishes how many sessions it has started in a file of its own beside its socket, an 8-byte counter
-it keeps mapped in memory; every worker maps its siblings' files too, so a placement decision reads a
-few integers from memory and makes no system call. No table of sessions is kept anywhere.
+has an 8-byte counter of the sessions started on it, in a file of its own beside its socket that every
+sibling keeps mapped in memory. A decision reads a few integers from memory; the worker that decides
+adds one to the chosen worker's counter at once (under that file's lock), so a burst of new sessions
+arriving together spreads out instead of all going to the same least-loaded worker. No table of
+sessions is kept anywhere.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import mmap
 import os
 import struct
 import time
-from collections import Counter
-from collections.abc import Iterator
 
 from nemo_gym.routing.liveness import is_alive
 
@@ -25,7 +26,7 @@ COUNT = struct.Struct("q")
 # A worker may have started this many sessions more than the least-loaded before new ones go elsewhere:
 # enough to keep most first requests local, small against the ±10% a worker may stray from the mean.
 SLACK = 2
-# How often siblings that appeared or died are noticed.
+# How often siblings that died are noticed while all are present.
 REFRESH_SECONDS = 1.0
 
 
@@ -33,41 +34,58 @@ def count_path(socket_dir: str, worker_id: str) -> str:
     return os.path.join(socket_dir, worker_id + COUNT_SUFFIX)
 
 
-def mapped(path: str, writable: bool) -> mmap.mmap:
-    fd = os.open(path, (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC)
-    try:
-        return mmap.mmap(fd, COUNT.size, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
-    finally:
-        os.close(fd)
+class SessionCount:
+    """One worker's counter, mapped in memory; ``add`` holds the file's lock, as every writer does."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            self.view = mmap.mmap(self.fd, COUNT.size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    @property
+    def value(self) -> int:
+        return COUNT.unpack_from(self.view)[0]
+
+    def add(self, amount: int) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            COUNT.pack_into(self.view, 0, self.value + amount)
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        self.view.close()
+        os.close(self.fd)
 
 
 class Placement:
-    """This worker's count of the sessions it started, and its view of its siblings' counts."""
+    """This worker's session counter and its siblings', and the choice of where a new session starts."""
 
-    def __init__(self, socket_dir: str, worker_id: str, balance: bool = True) -> None:
+    def __init__(self, socket_dir: str, worker_id: str, num_workers: int, balance: bool = True) -> None:
         self.socket_dir = socket_dir
         self.worker_id = worker_id
-        # Off, every new session starts where it arrives; the count is still published for siblings.
+        self.num_workers = num_workers
+        # Off, every new session starts where it arrives.
         self.balance = balance
-        self.own: mmap.mmap | None = None
-        self.siblings: dict[str, mmap.mmap] = {}
-        # New sessions this worker is handing to each sibling right now, which its count does not show
-        # yet: without them, a burst of new sessions would all go to the same least-loaded sibling.
-        self.in_flight: Counter[str] = Counter()
+        self.own: SessionCount | None = None
+        self.siblings: dict[str, SessionCount] = {}
         self.refreshed = 0.0
 
     def open(self) -> None:
-        """Publish this worker's count, starting level with the least-loaded sibling (a replacement
+        """Publish this worker's counter, starting level with the least-loaded sibling (a replacement
         worker that started at 0 would otherwise take every new session until it caught up)."""
         self.refresh()
         path = count_path(self.socket_dir, self.worker_id)
         with open(path, "wb") as file:
             file.write(COUNT.pack(min(self.counts().values(), default=0)))
-        self.own = mapped(path, writable=True)
+        self.own = SessionCount(path)
 
     def close(self) -> None:
-        for view in self.siblings.values():
-            view.close()
+        for count in self.siblings.values():
+            count.close()
         self.siblings.clear()
         if self.own is not None:
             self.own.close()
@@ -75,39 +93,40 @@ class Placement:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(count_path(self.socket_dir, self.worker_id))
 
-    def started_one(self) -> None:
-        if self.own is not None:
-            COUNT.pack_into(self.own, 0, COUNT.unpack_from(self.own)[0] + 1)
-
     def counts(self) -> dict[str, int]:
-        return {worker: COUNT.unpack_from(view)[0] for worker, view in self.siblings.items()}
+        return {worker: count.value for worker, count in self.siblings.items()}
 
-    def target(self) -> str | None:
-        """The sibling a new session should go to, or None to start it here."""
-        if self.own is None or not self.balance:
+    def choose(self) -> str | None:
+        """Where the next new session starts, counted there at once: a sibling's ID, or None for here."""
+        if self.own is None:
             return None
-        if time.monotonic() - self.refreshed > REFRESH_SECONDS:
+        target = self.least_loaded() if self.balance else None
+        (self.own if target is None else self.siblings[target]).add(1)
+        return target
+
+    def least_loaded(self) -> str | None:
+        # While a sibling is missing (starting, or replacing a dead one), look for it at every decision.
+        if len(self.siblings) < self.num_workers - 1 or time.monotonic() - self.refreshed > REFRESH_SECONDS:
             self.refresh()
-        best, fewest = None, COUNT.unpack_from(self.own)[0] - SLACK
-        for worker, view in self.siblings.items():
-            count = COUNT.unpack_from(view)[0] + self.in_flight[worker]
-            if count < fewest:
-                best, fewest = worker, count
+        best, fewest = None, self.own.value - SLACK
+        for worker, count in self.siblings.items():
+            if count.value < fewest:
+                best, fewest = worker, count.value
         return best
 
-    @contextlib.contextmanager
-    def handing_to(self, worker_id: str) -> Iterator[None]:
-        self.in_flight[worker_id] += 1
-        try:
-            yield
-        finally:
-            self.in_flight[worker_id] -= 1
+    def taken_back(self, worker_id: str) -> None:
+        """A session meant for a sibling starts here after all (the sibling was dead or too busy)."""
+        count = self.siblings.get(worker_id)
+        if count is not None:
+            count.add(-1)
+        if not is_alive(self.socket_dir, worker_id):
+            self.forget(worker_id)
+        self.own.add(1)
 
     def forget(self, worker_id: str) -> None:
-        """A sibling found dead: place nothing more on it."""
-        view = self.siblings.pop(worker_id, None)
-        if view is not None:
-            view.close()
+        count = self.siblings.pop(worker_id, None)
+        if count is not None:
+            count.close()
 
     def refresh(self) -> None:
         self.refreshed = time.monotonic()
@@ -119,7 +138,7 @@ class Placement:
             present.add(worker)
             if worker not in self.siblings and is_alive(self.socket_dir, worker):
                 with contextlib.suppress(FileNotFoundError, ValueError):
-                    self.siblings[worker] = mapped(path, writable=False)
+                    self.siblings[worker] = SessionCount(path)
         for worker in list(self.siblings):
             if worker not in present or not is_alive(self.socket_dir, worker):
                 self.forget(worker)

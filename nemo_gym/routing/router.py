@@ -54,21 +54,19 @@ class SessionRouter:
         Its body is read first, so that a sibling that cannot take it (dead, or too busy to accept)
         leaves it to be served here; a body that streams in several pieces is always served here.
         """
-        target = self.placement.target()
+        target = self.placement.choose()
         if target is None:
             await self.app(scope, receive, send)
             return
         first = await receive()
         if first.get("more_body", False):
+            self.placement.taken_back(target)
             await self.app(scope, replaying(first, receive), send)
             return
         try:
-            with self.placement.handing_to(target):
-                await self.forwarder.try_forward(target, scope, replaying(first, receive), send, busy_wait_seconds=0)
-        except OwnerGone:
-            self.placement.forget(target)
-            await self.app(scope, replaying(first, receive), send)
-        except OwnerBusy:
+            await self.forwarder.try_forward(target, scope, replaying(first, receive), send, busy_wait_seconds=0)
+        except (OwnerGone, OwnerBusy):
+            self.placement.taken_back(target)
             await self.app(scope, replaying(first, receive), send)
 
 
