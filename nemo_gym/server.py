@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -23,7 +23,8 @@ from nemo_gym.routing.private_server import PrivateEntrance, PrivateServer
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, new_worker_id, socket_path
 from nemo_gym.session_token import token_serializer
-from nemo_gym.sessions import SessionIdMiddleware, session_secret
+from nemo_gym.sessions import SessionIdMiddleware
+from nemo_gym.signing_secret import check_length, session_secret
 
 CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"
 INSTANCE_ENV = "NEMO_GYM_INSTANCE"
@@ -41,6 +42,11 @@ class BaseServerConfig(BaseModel):
     session_secret: str | None = None
     # Off switch for session routing (on by default for resources servers and agents).
     route_sessions: bool = True
+
+    @field_validator("session_secret")
+    @classmethod
+    def secret_long_enough(cls, secret: str | None) -> str | None:
+        return secret if secret is None else check_length(secret, "session_secret")
 
 
 class SimpleServer:
