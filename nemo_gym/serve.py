@@ -9,13 +9,14 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import sys
 
 import uvicorn
 
 from nemo_gym import config as gym_config
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
 from nemo_gym.server import CONFIG_PATH_ENV, INSTANCE_ENV
-from nemo_gym.sessions import session_secret
+from nemo_gym.signing_secret import SecretError, session_secret
 
 KEEP_ALIVE_SECONDS = 75
 
@@ -25,7 +26,10 @@ def main() -> None:
     with open(os.environ[CONFIG_PATH_ENV]) as file:
         instance = gym_config.parse(json.load(file), check_ports=False)[name]
     module = importlib.import_module(instance.module)
-    session_secret(name, instance.settings.get("session_secret"))
+    try:
+        session_secret(name, instance.settings.get("session_secret"))
+    except SecretError as error:
+        sys.exit(f"server {name!r} cannot start: {error}")
     options = dict(
         host=instance.host,
         port=instance.port,

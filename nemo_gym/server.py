@@ -11,14 +11,16 @@ from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field, field_validator
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym import config as gym_config
+from nemo_gym.body_limit import BodyLimit
 from nemo_gym.client import ServerClient, ServerReply
 from nemo_gym.config_types import CatalogSettings
 from nemo_gym.errors import ServerErrorsAsJson, server_error
+from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.liveness import LifeLock
 from nemo_gym.routing.owner import OwnerReader
@@ -27,7 +29,9 @@ from nemo_gym.routing.private_server import PrivateServer
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, new_worker_id, socket_path
 from nemo_gym.session_token import token_serializer
-from nemo_gym.sessions import SessionIdMiddleware, session_secret
+from nemo_gym.sessions import SessionIdMiddleware
+from nemo_gym.signing_secret import check_length, session_secret
+from nemo_gym.strict_json import StrictJSONRoute
 
 CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"
 INSTANCE_ENV = "NEMO_GYM_INSTANCE"
@@ -43,10 +47,17 @@ class BaseServerConfig(CatalogSettings):
     port: int
     num_workers: int = 1
     session_secret: str | None = None
+    # Larger request bodies get 413 before they are read.
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     # Off switch for session routing (on by default for resources servers and agents).
     route_sessions: bool = True
     # Off switch for balanced placement: with it off, a new session lives where its first request lands.
     place_sessions: bool = True
+
+    @field_validator("session_secret")
+    @classmethod
+    def secret_long_enough(cls, secret: str | None) -> str | None:
+        return secret if secret is None else check_length(secret, "session_secret")
 
 
 class SimpleServer:
@@ -98,6 +109,7 @@ class SimpleServer:
     def setup_webserver(self) -> FastAPI:
         """Make the app and register routes. Subclasses call ``super()`` and add theirs."""
         app = FastAPI(title=self.name, lifespan=self.lifespan)
+        app.router.route_class = StrictJSONRoute
         app.get("/")(self.liveness)
         app.add_exception_handler(Exception, self.unhandled_error)
         return app
@@ -108,15 +120,16 @@ class SimpleServer:
         return {"secret_key": self.secret, "session_cookie": self.session_cookie}
 
     def build_app(self) -> ASGIApp:
-        """The app uvicorn serves: with routing, the session router in front of everything else."""
+        """The app uvicorn serves: the body limit, then (with routing) the session router, then the app."""
         app = self.setup_webserver()
         app.add_middleware(ServerErrorsAsJson)
         app.add_middleware(SessionIdMiddleware, owner=self.worker_id)
         app.add_middleware(SessionMiddleware, **self.session_options)
+        local = CancelOnDisconnect(app)
         if self.worker_id is None:
-            return app
+            return BodyLimit(local, self.config.max_body_bytes)
         owners = OwnerReader(self.session_options, token_serializer(self.secret))
-        return SessionRouter(app, self.worker_id, owners, self.forwarder, self.placement)
+        return BodyLimit(SessionRouter(local, self.worker_id, owners, self.forwarder, self.placement), self.config.max_body_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:

@@ -55,7 +55,7 @@ COUNTER = "example_session_state_mgmt"
 COUNTER_MODULE = f"resources_servers.{COUNTER}.app"
 BENCH_MODULE = "scripts.bench_servers"
 # Every instance signs with this, so the benchmark can read a cookie's owner for its own bookkeeping.
-SECRET = "bench-routing-secret"
+SECRET = "bench-routing-secret-of-at-least-32-bytes"
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=10)
 RUN_TIMEOUT_SECONDS = 900
 STOP_GRACE_SECONDS = 15

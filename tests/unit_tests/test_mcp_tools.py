@@ -364,7 +364,7 @@ BAD_ROUTES = {
 async def test_a_route_that_cannot_be_dispatched_faithfully_fails_start_up_naming_the_route_and_why(shape):
     register, message = BAD_ROUTES[shape]
     server_class = WithDebugRoute if shape == "not a POST" else server_with_route(register)
-    app = make_server(server_class).build_app()
+    app = make_server(server_class).setup_webserver()
 
     with pytest.raises(McpToolRouteError, match=message):
         async with app.router.lifespan_context(app):

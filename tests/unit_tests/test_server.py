@@ -39,7 +39,7 @@ class ProbeServer(SimpleServer):
 
 
 def probe_instances() -> dict[str, Instance]:
-    settings = {"entrypoint": "app.py", "host": "127.0.0.1", "port": free_port(), "num_workers": 1, "session_secret": "probe-secret"}
+    settings = {"entrypoint": "app.py", "host": "127.0.0.1", "port": free_port(), "num_workers": 1, "session_secret": "probe-secret-" + "x" * 32}
     return {NAME: Instance(NAME, "resources_servers", "example_session_state_mgmt", settings)}
 
 

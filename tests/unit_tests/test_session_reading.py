@@ -91,8 +91,12 @@ async def app_reply(request_scope: dict[str, Any]) -> dict[str, Any]:
     """Serve the request with the app the router would hand it to locally; return the JSON reply."""
     sent: list[dict[str, Any]] = []
 
+    messages = [{"type": "http.request", "body": b"", "more_body": False}]
+
     async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
+        if messages:
+            return messages.pop()
+        await asyncio.Event().wait()  # the caller never leaves
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)

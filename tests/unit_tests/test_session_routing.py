@@ -10,9 +10,9 @@ import uuid
 
 import aiohttp
 import pytest
-from fastapi import FastAPI
 
 from nemo_gym import SESSION_ID_KEY
+from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.liveness import is_alive
 from nemo_gym.routing.worker import OWNER_KEY, socket_path
 from nemo_gym.session_token import TOKEN_HEADER, mint_token, token_serializer
@@ -192,7 +192,7 @@ async def test_single_worker_server_has_no_routing():
         response = await caller.post(worker, "/echo/x")
         cookies = {key: morsel.value for key, morsel in response.cookies.items()}
         assert OWNER_KEY not in session_of(worker.server.secret, cookies[worker.server.session_cookie])
-        assert isinstance(worker.app, FastAPI)  # no router in front of it
+        assert isinstance(worker.app.app, CancelOnDisconnect)  # no router between the body limit and the app
     finally:
         await caller.close()
         await worker.stop()
