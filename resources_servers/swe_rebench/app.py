@@ -34,7 +34,7 @@ from nemo_gym.base_resources_server import (
     SimpleResourcesServer,
 )
 from nemo_gym.server import ServerApp
-from nemo_gym.sessions import state_dir
+from nemo_gym.signing_secret import state_dir
 from resources_servers.swe_rebench.jail import Jail, Limits, NoJail
 from resources_servers.swe_rebench.sandbox import (
     GRADE_COPY_SCRIPT,

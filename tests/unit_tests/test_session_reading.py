@@ -26,7 +26,7 @@ from tests.unit_tests.routing_workers import McpPathEchoServer, instances, signe
 
 NAME = f"reading_{uuid.uuid4().hex[:8]}"
 SERVER = McpPathEchoServer(NAME, instances(NAME, 2, session_secret="s" * 40), socket_dir="/nonexistent")
-ROUTER = SERVER.build_app()
+ROUTER = SERVER.build_app().app  # inside the body limit
 APP = ROUTER.app  # what the router serves locally: SessionMiddleware and the routes
 OWNERS = ["a" * 16, "b" * 16]
 COOKIE = SERVER.session_cookie
