@@ -271,8 +271,9 @@ async def test_nothing_in_the_routing_grows_with_sessions_served(pair):
     for _ in range(50):
         cookies = await new_session(caller, a)
         assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2
-    assert list(b.server.forwarder.sessions) == [a.server.worker_id]
-    assert a.server.forwarder.sessions == {}
+    assert list(b.server.forwarder.pools) == [a.server.worker_id]
+    assert len(b.server.forwarder.pools[a.server.worker_id].idle) == 1  # one request at a time: one connection
+    assert a.server.forwarder.pools == {}
 
 
 async def test_mcp_token_minted_on_one_worker_routes_a_cookieless_request_to_it(pair):
@@ -390,13 +391,13 @@ async def test_busy_owner_keeps_its_pooled_connections_and_requests_in_flight(pa
     session_id = session_of(a.server.secret, cookies[a.server.session_cookie])[SESSION_ID_KEY]
     in_flight = asyncio.ensure_future(caller.post(b, "/hang", cookies))  # holds b's pooled connection to a
     await asyncio.sleep(0.3)
-    pooled = b.server.forwarder.sessions[a.server.worker_id]
+    pool = b.server.forwarder.pools[a.server.worker_id]
     path = socket_path(a.server.socket_dir, a.server.worker_id)
     os.rename(path, path + ".away")
     b.server.forwarder.busy_wait_seconds = 0.5
     try:
         assert (await caller.post(b, "/increment", cookies)).status == 503
-        assert b.server.forwarder.sessions[a.server.worker_id] is pooled and not pooled.closed
+        assert b.server.forwarder.pools[a.server.worker_id] is pool
         assert not in_flight.done() and session_id not in EchoServer.cancelled
     finally:
         os.rename(path + ".away", path)
