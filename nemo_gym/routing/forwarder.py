@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import aiohttp
 from starlette.responses import JSONResponse
@@ -15,6 +16,9 @@ from yarl import URL
 from nemo_gym.routing.liveness import is_alive, lock_path
 from nemo_gym.routing.private_server import CLIENT_HEADER, PRIVATE_KEEP_ALIVE_SECONDS
 from nemo_gym.routing.worker import socket_path
+
+if TYPE_CHECKING:
+    from nemo_gym.durable.adoption import Adopter
 
 # Shorter than the private server's, so this side always closes an idle connection first and never
 # sends a request down a connection the owner is closing.
@@ -78,9 +82,12 @@ class Forwarder:
         self.socket_dir = socket_dir
         self.busy_wait_seconds = busy_wait_seconds
         self.sessions: dict[str, aiohttp.ClientSession] = {}
+        # A server with durable sessions takes a dead owner's sessions over instead of answering 410.
+        self.adopter: Adopter | None = None
 
     async def forward(self, owner: str, scope: Scope, receive: Receive, send: Send) -> None:
-        """Forward and stream back; 410 if the owner is dead, 503 if it stays too busy to connect.
+        """Forward and stream back; 503 if the owner stays too busy to connect; if it is dead, 410, or
+        the adopter's answer when the server keeps its sessions durable.
 
         A caller that leaves cancels it. Only a dead owner's pooled connections are dropped: closing a
         live owner's would abort the requests it is serving.
@@ -90,6 +97,9 @@ class Forwarder:
             await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body))
         except OwnerGone:
             await self.forget(owner)
+            if self.adopter is not None:
+                await self.adopter.take_over(owner, scope, exchange.replay(), send)
+                return
             await lost_session(owner)(scope, receive, send)
         except OwnerBusy:
             await busy_owner(owner, self.busy_wait_seconds)(scope, receive, send)
@@ -100,6 +110,9 @@ class Forwarder:
                 raise  # the reply is half sent: only a closed connection can tell the caller
             if not is_alive(self.socket_dir, owner):
                 await self.forget(owner)
+                if self.adopter is not None:
+                    await self.adopter.interrupted(owner, scope, receive, send)
+                    return
                 await lost_session(owner)(scope, receive, send)
                 return
             detail = f"Forwarding to worker {owner}, which owns this session, failed: {error!r}"
@@ -164,6 +177,9 @@ class Exchange:
         self.started = False
         self.finished = False
         self.caller_left = False
+        # The first body message read from the caller: a request that reached no owner (aiohttp reads a
+        # streamed body's rest only once connected) can then be served from the start by someone else.
+        self.first_body: Message = {"type": "http.request", "body": b"", "more_body": False}
 
     async def run(self, relay: Callable[[RequestBody], Awaitable[None]]) -> None:
         """Read the start of the body, then ``relay`` it; a caller that leaves meanwhile cancels it."""
@@ -206,7 +222,7 @@ class Exchange:
         if not any(name in (b"content-length", b"transfer-encoding") for name, _ in self.scope["headers"]):
             self.body_sent.set()
             return None
-        first = await self.next_body_message()
+        first = self.first_body = await self.next_body_message()
         if not first.get("more_body", False):
             self.body_sent.set()
             return first.get("body", b"")
@@ -227,6 +243,15 @@ class Exchange:
             self.caller_left = True
             raise CallerLeft
         return message
+
+    def replay(self) -> Receive:
+        """The caller's request again from the start, for a request that reached no owner."""
+        pending = [self.first_body]
+
+        async def receive() -> Message:
+            return pending.pop() if pending else await self.receive()
+
+        return receive
 
     async def cancel_when_caller_leaves(self, relaying: asyncio.Task) -> None:
         """Cancelling the relay closes the connection to the owner, which then cancels its handler."""
