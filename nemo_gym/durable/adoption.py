@@ -8,7 +8,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.store import StoredSession
-from nemo_gym.durable.write_through import ADOPTED_SESSION
 from nemo_gym.routing.forwarder import Forwarder, lost_session
 from nemo_gym.routing.liveness import is_alive
 from nemo_gym.routing.owner import OwnerReader
@@ -50,7 +49,6 @@ class Adopter:
         if stored is None:
             await lost_session(dead_owner)(scope, receive, send)
             return
-        scope[ADOPTED_SESSION] = session_id
         await self.app(scope, receive, send)
 
     async def interrupted(self, dead_owner: str, scope: Scope, receive: Receive, send: Send) -> None:

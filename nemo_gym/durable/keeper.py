@@ -18,6 +18,10 @@ class DurableSessions:
         self.owner = owner
         self.written: dict[str, str] = {}
 
+    def holds(self, session_id: str) -> bool:
+        """Whether the store has this worker as the session's owner."""
+        return session_id in self.written
+
     def save(self, session_id: str) -> None:
         """Write the session's state if it changed; a state the server dropped deletes the row."""
         state = self.states.export(session_id)

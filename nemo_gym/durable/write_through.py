@@ -11,9 +11,6 @@ from nemo_gym.routing.owner import MCP_PATH, TOKEN_HEADER_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.session_token import read_token
 
-# Set by the adopter on a request whose session this worker just took over: the session's id.
-ADOPTED_SESSION = "nemo_gym.adopted_session"
-
 
 class WriteThrough:
     """Sits inside SessionIdMiddleware, so the session id is known.
@@ -21,8 +18,8 @@ class WriteThrough:
     A request's sessions are its cookie's and, on ``/mcp``, its token's (a tool call runs with that
     one). When the reply starts, each is written if its state changed, before the caller can see the
     reply: nothing acknowledged is lost with the worker. A 2xx reply on one of ``end_paths`` ends the
-    cookie's session. A session this worker adopted for this request gets this worker as its owner,
-    so the reply's Set-Cookie names it.
+    cookie's session. A cookie that names another owner for a session this worker holds (it adopted
+    the session from a dead one) is stamped with this worker, so the reply's Set-Cookie names it.
     """
 
     def __init__(self, app: ASGIApp, sessions: DurableSessions, end_paths: frozenset[str], tokens: URLSafeSerializer) -> None:
@@ -37,7 +34,7 @@ class WriteThrough:
             return
         session = scope["session"]
         session_id = session[SESSION_ID_KEY]
-        if scope.get(ADOPTED_SESSION) == session_id:
+        if session.get(OWNER_KEY) != self.sessions.owner and self.sessions.holds(session_id):
             session[OWNER_KEY] = self.sessions.owner
         touched = [session_id, *self.token_session(scope)]
         ends = scope["path"] in self.end_paths
