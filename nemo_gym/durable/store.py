@@ -3,6 +3,8 @@
 Each row is one session: its id, its owner worker, a revision that every write and every change of
 owner raises by one, the state as JSON, and when it expires. A worker writes only rows it owns; taking
 over a row is one compare-and-set on owner and revision, so of several workers racing, one wins.
+Writers take turns on an ``flock`` beside the file: the kernel wakes the next one as soon as the lock
+is free, where SQLite's own busy handler would sleep (and block the worker's event loop) for milliseconds.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import fcntl
 import os
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,9 +63,9 @@ class SessionStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.write_lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         # One worker at a time sets the file up: switching to WAL needs the database to itself.
-        with open(f"{path}.setup-lock", "w") as setup_lock:
-            fcntl.flock(setup_lock, fcntl.LOCK_EX)
+        with self.writing():
             self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self.db.execute("PRAGMA journal_mode = WAL")
@@ -84,12 +87,13 @@ class SessionStore:
     def write(self, session_id: str, owner: str | None, state: str) -> None:
         """Insert or update the session's state; raises ``SessionTaken`` if another worker owns it."""
         now = time.time()
-        written = self.db.execute(
-            "INSERT INTO sessions (session_id, owner, revision, state, expires_at) VALUES (?, ?, 1, ?, ?) "
-            "ON CONFLICT (session_id) DO UPDATE SET revision = revision + 1, state = excluded.state, "
-            "expires_at = excluded.expires_at WHERE owner IS excluded.owner",
-            (session_id, owner, state, now + SESSION_MAX_AGE_SECONDS),
-        ).rowcount
+        with self.writing():
+            written = self.db.execute(
+                "INSERT INTO sessions (session_id, owner, revision, state, expires_at) VALUES (?, ?, 1, ?, ?) "
+                "ON CONFLICT (session_id) DO UPDATE SET revision = revision + 1, state = excluded.state, "
+                "expires_at = excluded.expires_at WHERE owner IS excluded.owner",
+                (session_id, owner, state, now + SESSION_MAX_AGE_SECONDS),
+            ).rowcount
         if not written:
             raise SessionTaken(f"session {session_id} belongs to another worker in the store {self.path}")
         if now >= self.next_purge:
@@ -97,19 +101,22 @@ class SessionStore:
 
     def claim(self, session: StoredSession, new_owner: str | None) -> bool:
         """Take the session over if it is still as read (same owner, same revision): one wins a race."""
-        return bool(
-            self.db.execute(
-                "UPDATE sessions SET owner = ?, revision = revision + 1 WHERE session_id = ? AND owner IS ? AND revision = ?",
-                (new_owner, session.session_id, session.owner, session.revision),
-            ).rowcount
-        )
+        with self.writing():
+            return bool(
+                self.db.execute(
+                    "UPDATE sessions SET owner = ?, revision = revision + 1 WHERE session_id = ? AND owner IS ? AND revision = ?",
+                    (new_owner, session.session_id, session.owner, session.revision),
+                ).rowcount
+            )
 
     def delete(self, session_id: str) -> None:
-        self.db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+        with self.writing():
+            self.db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
 
     def purge_expired(self) -> None:
         now = time.time()
-        self.db.execute("DELETE FROM sessions WHERE expires_at <= ?", (now,))
+        with self.writing():
+            self.db.execute("DELETE FROM sessions WHERE expires_at <= ?", (now,))
         self.next_purge = now + PURGE_INTERVAL_SECONDS
 
     def all(self) -> list[StoredSession]:
@@ -122,7 +129,7 @@ class SessionStore:
 
     def insert_all(self, sessions: list[StoredSession]) -> None:
         """All or nothing: a session the store already holds raises ``SessionConflict`` and inserts none."""
-        with self.transaction():
+        with self.writing(), self.transaction():
             for session in sessions:
                 try:
                     self.db.execute(
@@ -133,7 +140,15 @@ class SessionStore:
                     raise SessionConflict(f"the store {self.path} already holds session {session.session_id}") from None
 
     @contextlib.contextmanager
-    def transaction(self):
+    def writing(self) -> Iterator[None]:
+        fcntl.flock(self.write_lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.write_lock, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield
@@ -148,3 +163,4 @@ class SessionStore:
 
     def close(self) -> None:
         self.db.close()
+        os.close(self.write_lock)
