@@ -67,6 +67,7 @@ class SimpleResourcesServer(SimpleServer):
 
     config_class = BaseResourcesServerConfig
     route_sessions = True
+    session_end_paths = frozenset({"/verify"})
 
     # The /mcp endpoint, when the config exposes the tools over MCP.
     mcp_endpoint: McpToolEndpoint | None = None

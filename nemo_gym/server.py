@@ -19,6 +19,11 @@ from nemo_gym import config as gym_config
 from nemo_gym.body_limit import BodyLimit
 from nemo_gym.client import ServerClient, ServerReply
 from nemo_gym.config_types import CatalogSettings
+from nemo_gym.durable.adoption import Adopter
+from nemo_gym.durable.keeper import DurableSessions
+from nemo_gym.durable.states import DurableState
+from nemo_gym.durable.store import SessionStore, store_path
+from nemo_gym.durable.write_through import WriteThrough
 from nemo_gym.errors import ServerErrorsAsJson, server_error
 from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.forwarder import Forwarder
@@ -53,6 +58,8 @@ class BaseServerConfig(CatalogSettings):
     route_sessions: bool = True
     # Off switch for balanced placement: with it off, a new session lives where its first request lands.
     place_sessions: bool = True
+    # Off switch for durable sessions (on for routed servers whose class declares ``session_states``).
+    durable_sessions: bool = True
 
     @field_validator("session_secret")
     @classmethod
@@ -69,6 +76,8 @@ class SimpleServer:
     config_class: ClassVar[type[BaseServerConfig]] = BaseServerConfig
     # Servers that keep per-session state route each session to its owner worker.
     route_sessions: ClassVar[bool] = False
+    # Where a session ends: a 2xx reply to a request for one of these paths deletes its durable state.
+    session_end_paths: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, name: str, instances: dict[str, gym_config.Instance], socket_dir: str | None = None) -> None:
         self.name = name
@@ -119,16 +128,26 @@ class SimpleServer:
         """SessionMiddleware's settings: the app's, and the router's reading of the same cookie."""
         return {"secret_key": self.secret, "session_cookie": self.session_cookie}
 
+    def session_states(self) -> DurableState | None:
+        """The per-session state this server keeps durable (``nemo_gym.durable``); None: memory only."""
+        return None
+
     def build_app(self) -> ASGIApp:
         """The app uvicorn serves: the body limit, then (with routing) the session router, then the app."""
         app = self.setup_webserver()
         app.add_middleware(ServerErrorsAsJson)
+        states = self.session_states() if self.worker_id is not None and self.config.durable_sessions else None
+        durable = None if states is None else DurableSessions(SessionStore(store_path(self.name)), states, self.worker_id)
+        if durable is not None:
+            app.add_middleware(WriteThrough, sessions=durable, end_paths=self.session_end_paths, tokens=token_serializer(self.secret))
         app.add_middleware(SessionIdMiddleware, owner=self.worker_id)
         app.add_middleware(SessionMiddleware, **self.session_options)
         local = CancelOnDisconnect(app)
         if self.worker_id is None:
             return BodyLimit(local, self.config.max_body_bytes)
         owners = OwnerReader(self.session_options, token_serializer(self.secret))
+        if durable is not None:
+            self.forwarder.adopter = Adopter(local, durable, owners, self.forwarder)
         return BodyLimit(SessionRouter(local, self.worker_id, owners, self.forwarder, self.placement), self.config.max_body_bytes)
 
     @contextlib.asynccontextmanager

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
@@ -14,6 +15,9 @@ from nemo_gym.routing.liveness import is_alive, lock_path
 from nemo_gym.routing.owner_connection import ConnectionBroken, OwnerConnection, OwnerPool, request_head
 from nemo_gym.routing.private_server import CLIENT_HEADER, PRIVATE_KEEP_ALIVE_SECONDS
 from nemo_gym.routing.worker import socket_path
+
+if TYPE_CHECKING:
+    from nemo_gym.durable.adoption import Adopter
 
 # Shorter than the private server's, so this side always closes an idle connection first and never
 # sends a request down a connection the owner is closing.
@@ -37,7 +41,18 @@ RequestBody = bytes | AsyncIterator[bytes] | None
 
 
 class OwnerGone(Exception):
-    """The owner's process is dead (its life lock is free): its sessions went with it."""
+    """The owner's process is dead (its life lock is free), and the request never reached it.
+
+    ``replay`` gives the request's body again from the start, for whoever serves it instead.
+    """
+
+    def __init__(self, owner: str) -> None:
+        super().__init__(owner)
+        self.replay: Receive | None = None
+
+
+class OwnerDied(Exception):
+    """The owner's process died while it had the request, before its reply started."""
 
 
 class OwnerBusy(Exception):
@@ -76,27 +91,39 @@ class Forwarder:
         self.socket_dir = socket_dir
         self.busy_wait_seconds = busy_wait_seconds
         self.pools: dict[str, OwnerPool] = {}
+        # A server with durable sessions takes a dead owner's sessions over instead of answering 410.
+        self.adopter: Adopter | None = None
 
     async def forward(self, owner: str, scope: Scope, receive: Receive, send: Send) -> None:
-        """Forward and stream back; 410 if the owner is dead, 503 if it stays too busy to connect.
+        """Forward and stream back; 503 if the owner stays too busy to connect; if it is dead, 410, or
+        the adopter's answer when the server keeps its sessions durable.
 
         A caller that leaves cancels it. Only a dead owner's pooled connections are dropped: closing a
         live owner's would abort the requests it is serving.
         """
         try:
             await self.try_forward(owner, scope, receive, send, self.busy_wait_seconds)
-        except OwnerGone:
+        except OwnerGone as gone:
+            if self.adopter is not None:
+                await self.adopter.take_over(owner, scope, gone.replay or receive, send)
+                return
+            await lost_session(owner)(scope, receive, send)
+        except OwnerDied:
+            if self.adopter is not None:
+                await self.adopter.interrupted(owner, scope, receive, send)
+                return
             await lost_session(owner)(scope, receive, send)
         except OwnerBusy:
             await busy_owner(owner, self.busy_wait_seconds)(scope, receive, send)
 
     async def try_forward(self, owner: str, scope: Scope, receive: Receive, send: Send, busy_wait_seconds: float) -> None:
-        """Forward and stream back; raises ``OwnerGone`` or ``OwnerBusy``, with nothing sent, if it cannot."""
+        """Forward and stream back; raises ``OwnerGone``, ``OwnerDied`` or ``OwnerBusy``, with nothing sent, if it cannot."""
         exchange = Exchange(scope, receive, send)
         try:
             await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body, busy_wait_seconds))
-        except OwnerGone:
+        except OwnerGone as gone:
             await self.forget(owner)
+            gone.replay = exchange.replay()
             raise
         except (CallerLeft, ConnectionBroken) as error:
             if exchange.caller_left:
@@ -105,7 +132,7 @@ class Forwarder:
                 raise  # the reply is half sent: only a closed connection can tell the caller
             if not is_alive(self.socket_dir, owner):
                 await self.forget(owner)
-                raise OwnerGone(owner) from error
+                raise OwnerDied(owner) from error
             detail = f"Forwarding to worker {owner}, which owns this session, failed: {error!r}"
             await JSONResponse(status_code=502, content={"detail": detail})(scope, receive, send)
 
@@ -168,6 +195,9 @@ class Exchange:
         self.started = False
         self.finished = False
         self.caller_left = False
+        # The first body message read from the caller: a request that reached no owner (the rest of a
+        # streamed body is read only once connected) can then be served from the start by someone else.
+        self.first_body: Message = {"type": "http.request", "body": b"", "more_body": False}
 
     async def run(self, relay: Callable[[RequestBody], Awaitable[None]]) -> None:
         """Read the start of the body, then ``relay`` it; a caller that leaves meanwhile cancels it."""
@@ -223,7 +253,7 @@ class Exchange:
         if not any(name in (b"content-length", b"transfer-encoding") for name, _ in self.scope["headers"]):
             self.body_sent.set()
             return None
-        first = await self.next_body_message()
+        first = self.first_body = await self.next_body_message()
         if not first.get("more_body", False):
             self.body_sent.set()
             return first.get("body", b"")
@@ -245,6 +275,10 @@ class Exchange:
             raise CallerLeft
         return message
 
+    def replay(self) -> Receive:
+        """The caller's request again from the start, for a request that reached no owner."""
+        return replaying(self.first_body, self.receive)
+
     async def cancel_when_caller_leaves(self, relaying: asyncio.Task) -> None:
         """Cancelling the relay closes the connection to the owner, which then cancels its handler."""
         await self.body_sent.wait()
@@ -253,3 +287,13 @@ class Exchange:
         if not self.finished:
             self.caller_left = True
             relaying.cancel()
+
+
+def replaying(first: Message, receive: Receive) -> Receive:
+    """``receive``, with a message already taken from it given back first."""
+    pending = [first]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay

@@ -8,9 +8,9 @@ workers forward here arrive on the private socket, which bypasses the router (``
 from __future__ import annotations
 
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.routing.forwarder import Forwarder, OwnerBusy, OwnerGone
+from nemo_gym.routing.forwarder import Forwarder, OwnerBusy, OwnerDied, OwnerGone, replaying
 from nemo_gym.routing.owner import AmbiguousSession, OwnerReader
 from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.private_server import CLIENT_HEADER
@@ -65,16 +65,6 @@ class SessionRouter:
             return
         try:
             await self.forwarder.try_forward(target, scope, replaying(first, receive), send, busy_wait_seconds=0)
-        except (OwnerGone, OwnerBusy):
+        except (OwnerGone, OwnerDied, OwnerBusy):
             self.placement.taken_back(target)
             await self.app(scope, replaying(first, receive), send)
-
-
-def replaying(first: Message, receive: Receive) -> Receive:
-    """``receive``, with a message already taken from it given back first."""
-    pending = [first]
-
-    async def replay() -> Message:
-        return pending.pop() if pending else await receive()
-
-    return replay

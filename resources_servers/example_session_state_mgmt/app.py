@@ -13,6 +13,7 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
+from nemo_gym.durable.states import SessionStates
 from nemo_gym.server import ServerApp
 
 
@@ -48,7 +49,11 @@ class CounterVerifyResponse(BaseVerifyResponse):
 class CounterServer(SimpleResourcesServer):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.counters: dict[str, int] = {}
+        self.counters: SessionStates[int] = SessionStates(int)
+
+    def session_states(self) -> SessionStates[int]:
+        """The counters outlive a worker and a restart: written through to the instance's session store."""
+        return self.counters
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()

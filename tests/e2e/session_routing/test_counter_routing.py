@@ -23,9 +23,9 @@ COUNTER = "example_session_state_mgmt"
 EPISODES = 200
 
 
-def trio(num_workers: int, route_sessions: bool = True) -> dict:
+def trio(num_workers: int, route_sessions: bool = True, durable_sessions: bool = True) -> dict:
     config = environment_trio(COUNTER, num_workers)
-    config[COUNTER]["resources_servers"][COUNTER]["route_sessions"] = route_sessions
+    config[COUNTER]["resources_servers"][COUNTER].update(route_sessions=route_sessions, durable_sessions=durable_sessions)
     return config
 
 
@@ -104,8 +104,8 @@ def worker_pid_of_owner(supervisor_pid: int, owner: str) -> int:
     raise LookupError(f"no worker serves {owner}")
 
 
-def test_killed_worker_sessions_get_410_and_the_others_still_score(start_servers):
-    launcher = start_servers(trio(4))
+def test_without_durable_state_killed_worker_sessions_get_410_and_the_others_still_score(start_servers):
+    launcher = start_servers(trio(4, durable_sessions=False))
 
     cookies = asyncio.run(seed_all(launcher.instances[COUNTER].url))
     owner_of = owners(cookies)
