@@ -22,13 +22,14 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
 from nemo_gym.launcher import Launcher
+from nemo_gym.openai_utils import new_response
 from nemo_gym.routing.worker import OWNER_KEY
 from tests.e2e.session_routing.test_counter_routing import seed_all, worker_pid_of_owner
 from tests.unit_tests.routing_workers import session_of
 
 COUNTER = "example_session_state_mgmt"
 COOKIE = f"{COUNTER}_session"
-SECRET = "durable-sessions-test-secret"
+SECRET = "durable-sessions-end-to-end-test-secret"
 EPISODES = 200
 
 
@@ -78,7 +79,7 @@ def add(launcher: Launcher, jars: list[dict[str, str]], count: int) -> list[tupl
 
 def verify(launcher: Launcher, jars: list[dict[str, str]]) -> list[tuple[int, dict]]:
     def body(number: int) -> dict:
-        return {"responses_create_params": {"input": "x"}, "response": {}, "expected_count": number + 3}
+        return {"responses_create_params": {"input": "x"}, "response": new_response().model_dump(mode="json"), "expected_count": number + 3}
 
     return asyncio.run(each_session(launcher, jars, "/verify", body))
 
