@@ -13,6 +13,11 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 
 
+def session_cookie_name(instance_name: str) -> str:
+    """Each server signs its own cookie, so an agent can carry the cookies of every server a session touches."""
+    return f"{instance_name}_session"
+
+
 def state_dir() -> Path:
     """Where per-server state that must outlive a restart (the signing secret) is kept."""
     default = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "nemo_gym"
