@@ -8,7 +8,9 @@ free connection labelled W. The owner is read from the session cookie's payload,
 without the secret (Starlette's cookie is ``base64(json).timestamp.signature``). With no free
 connection to the owner a new one is opened; it lands on whichever worker accepts it, which forwards
 the request if it is not the owner, and is labelled by its reply. A label can only be stale, never
-harmful: the server forwards a request to its owner from any worker.
+harmful: the server forwards a request to its owner from any worker. A request that names no owner
+(one that starts a session) goes on a free connection to the worker with the most free ones, once the
+server has been seen to use owners (before that, and for other servers, on the caller's shared session).
 
 Each connection is an aiohttp ``ClientSession`` over its own ``TCPConnector(limit=1)``. aiohttp is the
 project's client already, and its pool hands any idle connection to any request for the host, with no
@@ -37,7 +39,7 @@ import aiohttp
 
 from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER, is_worker_id
 
-MAX_KEPT_CONNECTIONS = 256
+MAX_KEPT_CONNECTIONS = 1024
 IDLE_SECONDS = 15.0
 LOST_SESSION = 410
 
@@ -72,8 +74,11 @@ class ServerConnections:
         self.free: dict[str | None, collections.deque[Connection]] = collections.defaultdict(collections.deque)
         self.connections: set[Connection] = set()
 
-    async def take(self, owner: str) -> Connection:
-        """A free connection to ``owner`` (or one the server left unlabelled); else a new one."""
+    async def take(self, owner: str | None) -> Connection:
+        """A free connection to ``owner`` (to the worker with most free ones if None, or one the server left
+        unlabelled); else a new one."""
+        if owner is None:
+            owner = max(self.free, key=lambda worker: len(self.free[worker]), default=None)
         return await self.take_free(owner) or await self.take_free(None) or self.new()
 
     async def take_free(self, worker: str | None) -> Connection | None:
@@ -125,13 +130,13 @@ class OwnerPool:
     async def request(
         self, shared: aiohttp.ClientSession, server: str, session_cookie: str | None, method: str, url: str, **kwargs: Any
     ) -> AsyncIterator[aiohttp.ClientResponse]:
-        """Send on a connection to the session's owner; a request that names no owner goes on ``shared``."""
+        """Send on a connection to the session's owner; ``shared`` serves servers not seen to use owners."""
         owner = cookie_owner(session_cookie)
-        if owner is None:
+        connections = self.servers.get(server)
+        if owner is None and connections is None:
             async with shared.request(method, url, **kwargs) as response:
                 yield response
             return
-        connections = self.servers.get(server)
         if connections is None:
             connections = self.servers[server] = ServerConnections(self.max_kept, self.session_options)
         connection = await connections.take(owner)
