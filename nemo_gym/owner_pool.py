@@ -153,7 +153,7 @@ class OwnerPool:
         except BaseException:
             await connections.close(connection)
             raise
-        if response.status == LOST_SESSION:
+        if response.status == LOST_SESSION and owner is not None:
             await connections.drop(owner)
         await connections.give_back(connection, worker if is_worker_id(worker) else None)
 
