@@ -8,6 +8,8 @@ from typing import Any
 import aiohttp
 
 from nemo_gym.config import Instance
+from nemo_gym.owner_pool import OwnerPool
+from nemo_gym.sessions import session_cookie_name
 
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=600, sock_connect=10)
 
@@ -30,13 +32,15 @@ class ServerClient:
     """One pooled aiohttp session for the process, with no cookie jar.
 
     Every call names the target instance and passes the session's cookies explicitly, the way an agent
-    that threads many sessions at once must.
+    that threads many sessions at once must. A call whose session cookie names an owner worker goes on
+    a connection to that worker (``owner_pool``).
     """
 
     def __init__(self, instances: dict[str, Instance], limit: int = 0) -> None:
         self.instances = instances
         self.limit = limit
         self._session: aiohttp.ClientSession | None = None
+        self.owner_pool = OwnerPool(timeout=DEFAULT_TIMEOUT)
 
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -77,8 +81,10 @@ class ServerClient:
         timeout: aiohttp.ClientTimeout | None,
     ) -> ServerReply:
         headers = {"Cookie": cookie_header(cookies)} if cookies else None
-        async with self.session().request(
-            method, self.url(server_name, path), json=json, headers=headers, timeout=timeout or DEFAULT_TIMEOUT
+        session_cookie = (cookies or {}).get(session_cookie_name(server_name))
+        async with self.owner_pool.request(
+            self.session(), server_name, session_cookie, method, self.url(server_name, path),
+            json=json, headers=headers, timeout=timeout or DEFAULT_TIMEOUT,
         ) as response:
             text = await response.text()
             try:
@@ -88,6 +94,7 @@ class ServerClient:
             return ServerReply(response.status, body, {k: m.value for k, m in response.cookies.items()}, text)
 
     async def close(self) -> None:
+        await self.owner_pool.close()
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -34,7 +34,7 @@ from nemo_gym.routing.private_server import PrivateServer
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, new_worker_id, socket_path
 from nemo_gym.session_token import token_serializer
-from nemo_gym.sessions import SessionIdMiddleware
+from nemo_gym.sessions import SessionIdMiddleware, session_cookie_name
 from nemo_gym.signing_secret import check_length, session_secret
 from nemo_gym.strict_json import StrictJSONRoute
 
@@ -113,7 +113,7 @@ class SimpleServer:
 
     @property
     def session_cookie(self) -> str:
-        return f"{self.name}_session"
+        return session_cookie_name(self.name)
 
     def setup_webserver(self) -> FastAPI:
         """Make the app and register routes. Subclasses call ``super()`` and add theirs."""

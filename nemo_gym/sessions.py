@@ -10,6 +10,11 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 
 
+def session_cookie_name(instance_name: str) -> str:
+    """Each server signs its own cookie, so an agent can carry the cookies of every server a session touches."""
+    return f"{instance_name}_session"
+
+
 class SessionIdMiddleware:
     """Sits inside SessionMiddleware and makes sure every session has a ``session_id``.
 

@@ -8,13 +8,15 @@ workers forward here arrive on the private socket, which bypasses the router (``
 from __future__ import annotations
 
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym.routing.forwarder import Forwarder, OwnerBusy, OwnerDied, OwnerGone, replaying
 from nemo_gym.routing.owner import AmbiguousSession, OwnerReader
 from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.private_server import CLIENT_HEADER
-from nemo_gym.routing.worker import is_worker_id
+from nemo_gym.routing.worker import WORKER_HEADER, is_worker_id
+
+WORKER_HEADER_KEY = WORKER_HEADER.lower().encode()
 
 
 class SessionRouter:
@@ -29,6 +31,7 @@ class SessionRouter:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = labelled(send, self.worker_id.encode())
         # Only a sibling worker may name the caller's address; from the public port it is stripped.
         if any(name == CLIENT_HEADER for name, _ in scope["headers"]):
             scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER]
@@ -48,6 +51,7 @@ class SessionRouter:
             await response(scope, receive, send)
 
 
+<<<<<<< HEAD
     async def start_session(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request that starts a session is served where the session should live (``placement``).
 
@@ -68,3 +72,15 @@ class SessionRouter:
         except (OwnerGone, OwnerDied, OwnerBusy):
             self.placement.taken_back(target)
             await self.app(scope, replaying(first, receive), send)
+=======
+def labelled(send: Send, worker_id: bytes) -> Send:
+    """Name this worker on the reply, replacing any other naming (an owner's, an app's): it labels the connection."""
+
+    async def send_labelled(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(name, value) for name, value in message.get("headers", []) if name.lower() != WORKER_HEADER_KEY]
+            message = {**message, "headers": [*headers, (WORKER_HEADER_KEY, worker_id)]}
+        await send(message)
+
+    return send_labelled
+>>>>>>> gymclient
