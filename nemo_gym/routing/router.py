@@ -50,8 +50,6 @@ class SessionRouter:
             response = JSONResponse(status_code=400, content={"detail": "the session names an owner worker that is not a worker ID"})
             await response(scope, receive, send)
 
-
-<<<<<<< HEAD
     async def start_session(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request that starts a session is served where the session should live (``placement``).
 
@@ -72,7 +70,8 @@ class SessionRouter:
         except (OwnerGone, OwnerDied, OwnerBusy):
             self.placement.taken_back(target)
             await self.app(scope, replaying(first, receive), send)
-=======
+
+
 def labelled(send: Send, worker_id: bytes) -> Send:
     """Name this worker on the reply, replacing any other naming (an owner's, an app's): it labels the connection."""
 
@@ -83,4 +82,3 @@ def labelled(send: Send, worker_id: bytes) -> Send:
         await send(message)
 
     return send_labelled
->>>>>>> gymclient
