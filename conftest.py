@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -29,9 +30,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture
-def start_servers() -> Iterator[Callable[..., Launcher]]:
-    """Start a config (a mapping in the YAML shape) as real processes; all are stopped by PID after the test."""
+@contextlib.contextmanager
+def servers_started() -> Iterator[Callable[..., Launcher]]:
+    """A function that starts a config (a mapping in the YAML shape) as real processes; all are stopped by PID at the end."""
     launchers: list[Launcher] = []
 
     def start(data: dict[str, Any], extra_env: dict[str, str] | None = None, timeout: float = 90) -> Launcher:
@@ -41,6 +42,22 @@ def start_servers() -> Iterator[Callable[..., Launcher]]:
         launchers.append(launcher)
         return launcher.start(timeout)
 
-    yield start
-    for launcher in launchers:
-        launcher.stop()
+    try:
+        yield start
+    finally:
+        for launcher in launchers:
+            launcher.stop()
+
+
+@pytest.fixture
+def start_servers() -> Iterator[Callable[..., Launcher]]:
+    """Servers for one test."""
+    with servers_started() as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def start_module_servers() -> Iterator[Callable[..., Launcher]]:
+    """Servers shared by the tests of one module."""
+    with servers_started() as start:
+        yield start

@@ -14,7 +14,7 @@ from starlette.routing import BaseRoute
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, BaseRunServerInstanceConfig
 from nemo_gym.judge import judge_failsafe
 from nemo_gym.mcp_tools import McpToolEndpoint, SeedSessionMcpMetadata, default_tool_routes
-from nemo_gym.openai_types import Response, ResponseCreateParams
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
 from nemo_gym.server import SimpleServer
 from nemo_gym.session_token import mint_token, token_serializer
@@ -53,7 +53,7 @@ class BaseRunRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    responses_create_params: ResponseCreateParams
+    responses_create_params: NeMoGymResponseCreateParamsNonStreaming
 
 
 class BaseSeedSessionRequest(BaseModel):
@@ -69,7 +69,7 @@ class BaseSeedSessionResponse(BaseModel):
 class BaseVerifyRequest(BaseRunRequest):
     """The task row, plus the request that was sent to the agent and the agent's final response."""
 
-    response: Response
+    response: NeMoGymResponse
 
 
 class BaseVerifyResponse(BaseVerifyRequest):
@@ -87,6 +87,7 @@ class SimpleResourcesServer(AggregateMetricsMixin, SimpleServer):
 
     config: BaseResourcesServerConfig
     route_sessions: ClassVar[bool] = True
+    session_end_paths: ClassVar[frozenset[str]] = frozenset({"/verify"})
 
     # The /mcp endpoint, when the config exposes the tools over MCP.
     _mcp_endpoint: McpToolEndpoint | None = PrivateAttr(None)

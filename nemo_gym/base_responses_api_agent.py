@@ -14,8 +14,9 @@ from nemo_gym.config_types import (
     AggregateMetricsRequest,
     BaseRunServerInstanceConfig,
 )
-from nemo_gym.openai_types import Response, ResponseCreateParams
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParams, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
+from nemo_gym.response_stream import response_reply
 from nemo_gym.server import SimpleServer
 
 __all__ = ["BaseResponsesAPIAgentConfig", "BaseRunRequest", "Body", "SimpleResponsesAPIAgent"]
@@ -35,14 +36,24 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        app.post("/v1/responses")(self.responses)
-        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/v1/responses")(self.responses)
-        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/{TOKEN_CAPTURE_PATH_SEGMENT}/v1/responses")(self.responses)
+        app.post("/v1/responses", response_model=None)(self.answer_responses)
+        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/v1/responses", response_model=None)(self.answer_responses)
+        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/{TOKEN_CAPTURE_PATH_SEGMENT}/v1/responses", response_model=None)(
+            self.answer_responses
+        )
         app.post("/run")(self.run)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         return app
 
-    async def responses(self, request: Request, response: HTTPResponse, body: ResponseCreateParams) -> Response:
+    async def answer_responses(self, request: Request, response: HTTPResponse, body: NeMoGymResponseCreateParams) -> HTTPResponse:
+        """The response ``responses`` makes, as JSON or as events, with the cookies ``responses`` set."""
+        reply = response_reply(await self.responses(request, response, body.non_streaming()), body.stream)
+        reply.raw_headers.extend(header for header in response.raw_headers if header[0] == b"set-cookie")
+        return reply
+
+    async def responses(
+        self, request: Request, response: HTTPResponse, body: NeMoGymResponseCreateParamsNonStreaming
+    ) -> NeMoGymResponse:
         raise NotImplementedError
 
     async def run(self, request: Request, response: HTTPResponse, body: BaseRunRequest) -> dict[str, Any]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import Body, FastAPI, HTTPException, Request
+from starlette.responses import Response as HTTPResponse
 
 from nemo_gym.config_types import BaseRunServerInstanceConfig
-from nemo_gym.openai_types import Response, ResponseCreateParams
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParams, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.response_stream import response_reply
 from nemo_gym.server import SimpleServer
 
 __all__ = ["BaseResponsesAPIModelConfig", "Body", "SimpleResponsesAPIModel"]
@@ -18,17 +20,21 @@ class BaseResponsesAPIModelConfig(BaseRunServerInstanceConfig):
 
 
 class SimpleResponsesAPIModel(SimpleServer):
-    """Model servers keep no session state."""
+    """Model servers keep no session state. Subclasses implement ``responses``."""
 
     config: BaseResponsesAPIModelConfig
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        app.post("/v1/responses")(self.responses)
+        app.post("/v1/responses", response_model=None)(self.answer_responses)
         app.post("/v1/chat/completions")(self.chat_completions)
         return app
 
-    async def responses(self, request: Request, body: ResponseCreateParams) -> Response:
+    async def answer_responses(self, request: Request, body: NeMoGymResponseCreateParams) -> HTTPResponse:
+        """The response ``responses`` makes, as JSON, or as Responses API events when the request asks to stream."""
+        return response_reply(await self.responses(request, body.non_streaming()), body.stream)
+
+    async def responses(self, request: Request, body: NeMoGymResponseCreateParamsNonStreaming) -> NeMoGymResponse:
         raise NotImplementedError
 
     async def chat_completions(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,8 @@ import aiohttp
 from omegaconf import OmegaConf
 
 from nemo_gym.config import Instance, merge
-from nemo_gym.server_utils import DEFAULT_TIMEOUT, ServerClient as UpstreamServerClient, send
+from nemo_gym.server_utils import DEFAULT_TIMEOUT, ServerClient as UpstreamServerClient
+from nemo_gym.sessions import session_cookie_name
 
 
 @dataclass
@@ -78,9 +79,8 @@ class ServerClient(UpstreamServerClient):
         timeout: aiohttp.ClientTimeout | None,
     ) -> ServerReply:
         headers = {"Cookie": cookie_header(cookies)} if cookies else None
-        response = await send(
-            self.session(), method, self.url(server_name, path), json=json, headers=headers, timeout=timeout or DEFAULT_TIMEOUT
-        )
+        session_cookie = (cookies or {}).get(session_cookie_name(server_name))
+        response = await self.send(server_name, path, method, session_cookie, json=json, headers=headers, timeout=timeout or DEFAULT_TIMEOUT)
         return await ServerReply.read(response)
 
 

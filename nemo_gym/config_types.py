@@ -11,9 +11,10 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nemo_gym.config import DEFAULT_HOST
+from nemo_gym.signing_secret import check_length
 
 
 class Domain(str, Enum):
@@ -84,8 +85,19 @@ class BaseServerConfig(BaseModel):
 class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     entrypoint: str = "app.py"
     session_secret: str | None = None
+    # Larger request bodies get 413 before they are read.
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     # Off switch for session routing (on by default for resources servers and agents).
     route_sessions: bool = True
+    # Off switch for balanced placement: with it off, a new session lives where its first request lands.
+    place_sessions: bool = True
+    # Off switch for durable sessions (on for routed servers whose class declares ``session_states``).
+    durable_sessions: bool = True
+
+    @field_validator("session_secret")
+    @classmethod
+    def secret_long_enough(cls, secret: str | None) -> str | None:
+        return secret if secret is None else check_length(secret, "session_secret")
 
 
 class BaseRunServerInstanceConfig(BaseRunServerConfig):

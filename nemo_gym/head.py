@@ -1,4 +1,4 @@
-"""The head endpoint: serves the resolved config so a client started later finds the servers."""
+"""The head endpoint: serves the resolved config, credentials redacted, so a client started later finds the servers."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from nemo_gym import config as gym_config
 from nemo_gym.global_config import CONFIG_PATH_ENV
+from nemo_gym.redaction import redact
 
 DEFAULT_HEAD_PORT = 11000
 HEAD_PORT_ENV = "NEMO_GYM_HEAD_PORT"
@@ -18,7 +19,7 @@ HEAD_PORT_ENV = "NEMO_GYM_HEAD_PORT"
 
 def build_app(config_path: str) -> FastAPI:
     with open(config_path) as file:
-        resolved = json.load(file)
+        resolved = redact(json.load(file))
     app = FastAPI(title="nemo_gym head")
     app.get("/")(lambda: {"status": "ok"})
     app.get("/global_config")(lambda: resolved)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import uvicorn
@@ -21,7 +22,7 @@ from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
 from nemo_gym.server import SimpleServer, find_server_class
 from nemo_gym.server_utils import ENTRYPOINT_ENV, NUM_WORKERS_ENV, WORKER_ENV
-from nemo_gym.sessions import session_secret
+from nemo_gym.signing_secret import SecretError, session_secret
 
 KEEP_ALIVE_SECONDS = 75
 
@@ -46,7 +47,10 @@ def serve(server_class: type[SimpleServer] | None = None) -> None:
     instance = this_instance()
     if server_class is None:
         server_class = find_server_class(importlib.import_module(instance.module))
-    session_secret(instance.name, instance.settings.get("session_secret"))
+    try:
+        session_secret(instance.name, instance.settings.get("session_secret"))
+    except SecretError as error:
+        sys.exit(f"server {instance.name!r} cannot start: {error}")
     options = dict(
         host=instance.host,
         port=instance.port,

@@ -17,20 +17,31 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym import config as gym_config
+from nemo_gym.body_limit import BodyLimit
 from nemo_gym.client import ServerClient as ReadingClient
 from nemo_gym.client import ServerReply, config_of
 from nemo_gym.config_types import BaseRunServerInstanceConfig
+from nemo_gym.durable.adoption import Adopter
+from nemo_gym.durable.keeper import DurableSessions
+from nemo_gym.durable.states import DurableState
+from nemo_gym.durable.store import SessionStore, store_path
+from nemo_gym.durable.write_through import WriteThrough
 from nemo_gym.errors import ServerErrorsAsJson, server_error
 from nemo_gym.global_config import INSTANCE_ENV, get_first_server_config_dict, get_global_config_dict
+from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.liveness import LifeLock
 from nemo_gym.routing.owner import OwnerReader
+from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.private_server import PrivateServer
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, new_worker_id, socket_path
 from nemo_gym.server_utils import WORKER_ENV, ServerClient
 from nemo_gym.session_token import token_serializer
-from nemo_gym.sessions import SessionIdMiddleware, session_secret
+from nemo_gym.sessions import SessionIdMiddleware, session_cookie_name
+from nemo_gym.signing_secret import session_secret
+from nemo_gym.strict_json import StrictJSONRoute
+
 
 class SimpleServer(BaseModel):
     """One Gym server, a pydantic model built as ``Cls(config=..., server_client=...)``.
@@ -49,12 +60,15 @@ class SimpleServer(BaseModel):
     config_class: ClassVar[type[BaseRunServerInstanceConfig]] = BaseRunServerInstanceConfig
     # Servers that keep per-session state route each session to its owner worker.
     route_sessions: ClassVar[bool] = False
+    # Where a session ends: a 2xx reply to a request for one of these paths deletes its durable state.
+    session_end_paths: ClassVar[frozenset[str]] = frozenset()
 
     # This worker's ID, stamped into the sessions it creates; None when nothing is routed.
     _worker_id: str | None = PrivateAttr(None)
     # Where each worker holds its life lock (and, routed, serves its private socket).
     _socket_dir: str | None = PrivateAttr(None)
     _forwarder: Forwarder | None = PrivateAttr(None)
+    _placement: Placement | None = PrivateAttr(None)
 
     def __init__(self, *earlier_form: Any, **data: Any) -> None:
         """``Cls(config=..., server_client=...)``; the earlier form, ``Cls(name, instances)``, builds the
@@ -129,13 +143,17 @@ class SimpleServer(BaseModel):
     def forwarder(self) -> Forwarder | None:
         return self._forwarder
 
+    @property
+    def placement(self) -> Placement | None:
+        return self._placement
+
     @functools.cached_property
     def secret(self) -> str:
         return session_secret(self.name, self.config.session_secret)
 
     @property
     def session_cookie(self) -> str:
-        return f"{self.name}_session"
+        return session_cookie_name(self.name)
 
     @functools.cached_property
     def instances(self) -> dict[str, gym_config.Instance]:
@@ -146,6 +164,7 @@ class SimpleServer(BaseModel):
     def setup_webserver(self) -> FastAPI:
         """Make the app and register routes. Subclasses call ``super()`` and add theirs."""
         app = FastAPI(title=self.name, lifespan=self.lifespan)
+        app.router.route_class = StrictJSONRoute
         app.get("/")(self.liveness)
         app.add_exception_handler(Exception, self.unhandled_error)
         return app
@@ -155,8 +174,12 @@ class SimpleServer(BaseModel):
         """SessionMiddleware's settings: the app's, and the router's reading of the same cookie."""
         return {"secret_key": self.secret, "session_cookie": self.session_cookie}
 
+    def session_states(self) -> DurableState | None:
+        """The per-session state this server keeps durable (``nemo_gym.durable``); None: memory only."""
+        return None
+
     def build_app(self, socket_dir: str | None = None) -> ASGIApp:
-        """The app uvicorn serves: with routing, the session router in front of everything else.
+        """The app uvicorn serves: the body limit, then (with routing) the session router, then the app.
 
         ``socket_dir`` is where the workers' private sockets and life locks go (default: the
         launcher's, from the environment).
@@ -165,17 +188,26 @@ class SimpleServer(BaseModel):
             self._worker_id = new_worker_id()
             self._socket_dir = socket_dir or os.environ[SOCKET_DIR_ENV]
             self._forwarder = Forwarder(self._socket_dir)
+            self._placement = Placement(self._socket_dir, self._worker_id, self.config.num_workers, balance=self.config.place_sessions)
         elif self.config.num_workers > 1:
             # Unrouted workers too tell the launcher, by their lock, that they serve.
             self._socket_dir = socket_dir or os.environ.get(SOCKET_DIR_ENV) or None
         app = self.setup_webserver()
         app.add_middleware(ServerErrorsAsJson)
+        states = self.session_states() if self._worker_id is not None and self.config.durable_sessions else None
+        durable = None if states is None else DurableSessions(SessionStore(store_path(self.name)), states, self._worker_id)
+        if durable is not None:
+            app.add_middleware(WriteThrough, sessions=durable, end_paths=self.session_end_paths, tokens=token_serializer(self.secret))
         app.add_middleware(SessionIdMiddleware, owner=self._worker_id)
         app.add_middleware(SessionMiddleware, **self.session_options)
+        local = CancelOnDisconnect(app)
         if self._worker_id is None:
-            return app
+            return BodyLimit(local, self.config.max_body_bytes)
         owners = OwnerReader(self.session_options, token_serializer(self.secret))
-        return SessionRouter(app, self._worker_id, owners, self._forwarder)
+        if durable is not None:
+            self._forwarder.adopter = Adopter(local, durable, owners, self._forwarder)
+        router = SessionRouter(local, self._worker_id, owners, self._forwarder, self._placement)
+        return BodyLimit(router, self.config.max_body_bytes)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
@@ -192,6 +224,8 @@ class SimpleServer(BaseModel):
                 stack.push_async_callback(self._forwarder.close)
                 await private.start()
                 stack.push_async_callback(private.stop)
+                self._placement.open()
+                stack.callback(self._placement.close)
             # Held from now until the private socket is gone: while it is, this worker is alive.
             life_lock.hold()
             yield

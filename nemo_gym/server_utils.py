@@ -2,24 +2,29 @@
 
 ``ServerClient.request/get/post(server_name, url_path, ...)`` call another instance of the running
 config by name and return the ``aiohttp.ClientResponse`` itself; ``raise_for_status`` and
-``get_response_json`` read it. One pooled aiohttp session per client, with no cookie jar: callers pass
-``cookies=`` explicitly (aiohttp's own argument), the way an agent threading many sessions must.
+``get_response_json`` read it (its body is already read, so the connection is free again). One pooled
+aiohttp session per client, with no cookie jar: callers pass ``cookies=`` explicitly (aiohttp's own
+argument), the way an agent threading many sessions must. A call whose session cookie names an owner
+worker goes on a connection to that worker (``nemo_gym.owner_pool``), so it needs no hop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from omegaconf import DictConfig
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.config_types import BaseServerConfig
 from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
+from nemo_gym.owner_pool import OwnerPool, read_in_full
+from nemo_gym.sessions import session_cookie_name
 
 __all__ = [
     "SESSION_ID_KEY",
@@ -46,18 +51,29 @@ def new_session(limit: int = 0) -> aiohttp.ClientSession:
     )
 
 
-async def send(session: aiohttp.ClientSession, method: str, url: str, **kwargs: Any) -> aiohttp.ClientResponse:
+async def send(reply: Callable[[], Awaitable[aiohttp.ClientResponse]]) -> aiohttp.ClientResponse:
     """One request; a refused connection (nothing was sent, so a retry cannot apply anything twice) is tried again."""
-    if isinstance(kwargs.get("json"), BaseModel):
-        kwargs["json"] = kwargs["json"].model_dump(mode="json", exclude_unset=True)
     for attempt in range(1, MAX_NUM_TRIES + 1):
         try:
-            return await session.request(method, url, **kwargs)
+            return await reply()
         except aiohttp.ClientConnectorError:
             if attempt == MAX_NUM_TRIES:
                 raise
             await asyncio.sleep(0.1 * attempt)
     raise AssertionError("unreachable")
+
+
+def json_ready(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """aiohttp's keyword arguments, a pydantic ``json=`` body dumped to plain JSON."""
+    if isinstance(kwargs.get("json"), BaseModel):
+        kwargs["json"] = kwargs["json"].model_dump(mode="json", exclude_unset=True)
+    return kwargs
+
+
+def cookie_value(cookies: Any, name: str) -> str | None:
+    """The value of cookie ``name`` in aiohttp's ``cookies=`` argument (a mapping of values or morsels)."""
+    value = cookies.get(name) if isinstance(cookies, Mapping) else None
+    return getattr(value, "value", value)
 
 
 class ServerClient(BaseModel):
@@ -68,6 +84,8 @@ class ServerClient(BaseModel):
     head_server_config: BaseServerConfig | None = None
     global_config_dict: DictConfig
     limit: int = 0
+    # A session's calls go on a connection to the worker that owns it, so they need no hop.
+    owner_pool: OwnerPool = Field(default_factory=lambda: OwnerPool(timeout=DEFAULT_TIMEOUT), exclude=True)
     _session: aiohttp.ClientSession | None = PrivateAttr(None)
     _urls: dict[str, str] = PrivateAttr(default_factory=dict)
 
@@ -89,7 +107,14 @@ class ServerClient(BaseModel):
 
     async def request(self, server_name: str, url_path: str, method: str, **kwargs: Any) -> aiohttp.ClientResponse:
         """``method url_path`` on the instance named ``server_name``; ``kwargs`` go to aiohttp (``json``, ``cookies`` ...)."""
-        return await send(self.session(), method, self.url(server_name, url_path), **kwargs)
+        session_cookie = cookie_value(kwargs.get("cookies"), session_cookie_name(server_name))
+        return await self.send(server_name, url_path, method, session_cookie, **kwargs)
+
+    async def send(self, server_name: str, url_path: str, method: str, session_cookie: str | None, **kwargs: Any) -> aiohttp.ClientResponse:
+        """The request on a connection to the owner worker of the session ``session_cookie`` names (``owner_pool``)."""
+        url = self.url(server_name, url_path)
+        kwargs = json_ready(kwargs)
+        return await send(lambda: self.owner_pool.request(self.session(), server_name, session_cookie, method, url, **kwargs))
 
     async def get(self, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
         return await self.request(server_name, url_path, "GET", **kwargs)
@@ -98,6 +123,7 @@ class ServerClient(BaseModel):
         return await self.request(server_name, url_path, "POST", **kwargs)
 
     async def close(self) -> None:
+        await self.owner_pool.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -112,7 +138,8 @@ async def request(method: str, url: str, _internal: bool = False, **kwargs: Any)
     session = _shared_sessions.get(loop)
     if session is None or session.closed:
         session = _shared_sessions[loop] = new_session()
-    return await send(session, method, url, **kwargs)
+    kwargs = json_ready(kwargs)
+    return await send(lambda: read_in_full(session.request(method, url, **kwargs)))
 
 
 async def raise_for_status(response: aiohttp.ClientResponse) -> None:

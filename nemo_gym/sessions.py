@@ -1,11 +1,8 @@
-"""Session cookies: the signing secret, and the step that gives every request a session id."""
+"""Session cookies: the step that gives every request a session id."""
 
 from __future__ import annotations
 
-import os
-import secrets
 import uuid
-from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -13,30 +10,9 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 
 
-def state_dir() -> Path:
-    """Where per-server state that must outlive a restart (the signing secret) is kept."""
-    default = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "nemo_gym"
-    return Path(os.environ.get("NEMO_GYM_STATE_DIR", default))
-
-
-def session_secret(instance_name: str, configured: str | None = None) -> str:
-    """The secret that signs this server's cookies and tokens.
-
-    A configured ``session_secret`` wins. Otherwise a random secret is made once per instance name and
-    kept in a 0600 file, so every worker signs with it and a restarted server still accepts (and can
-    explain the loss of) the cookies it handed out before.
-    """
-    if configured:
-        return configured
-    path = state_dir() / "secrets" / instance_name
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as file:
-        file.write(secrets.token_urlsafe(32))
-    return path.read_text().strip()
+def session_cookie_name(instance_name: str) -> str:
+    """Each server signs its own cookie, so an agent can carry the cookies of every server a session touches."""
+    return f"{instance_name}_session"
 
 
 class SessionIdMiddleware:

@@ -9,7 +9,10 @@ medians of ``--runs`` alternating runs per configuration:
 1. counter episodes (seed 0, +1, +2, verify 3) from a generic pooled aiohttp client (one session, no
    cookie jar, each episode's cookies threaded by hand from Set-Cookie) against the counter server at
    1 worker, at 4 workers routed, at 4 workers with routing off, and HAProxy (round robin, inserted
-   cookie) in front of 4 single-worker instances;
+   cookie) in front of 4 single-worker instances; driven twice (``--patterns``): by long-lived loops
+   that mostly keep their own connection, and by one task per episode behind a semaphore on one
+   session with aiohttp's default pool, whose requests hop between connections; with the sessions per
+   worker (placement spread) as well as throughput and latency;
 2. hop cost: one request at a time, to the worker that owns the session (local) or to the other one
    (forwarded), plus straight to the owner's private socket, which is the owner's share of a forward;
 3. memory: each worker's RSS before and after ``--sessions`` new sessions on routes that store nothing;
@@ -47,6 +50,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.client import cookie_header
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.launcher import Launcher
+from nemo_gym.openai_utils import new_response
 from nemo_gym.routing.worker import OWNER_KEY, SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir, socket_path
 from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
 
@@ -54,13 +58,14 @@ COUNTER = "example_session_state_mgmt"
 COUNTER_MODULE = f"resources_servers.{COUNTER}.app"
 BENCH_MODULE = "scripts.bench_servers"
 # Every instance signs with this, so the benchmark can read a cookie's owner for its own bookkeeping.
-SECRET = "bench-routing-secret"
+SECRET = "bench-routing-secret-of-at-least-32-bytes"
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=10)
 RUN_TIMEOUT_SECONDS = 900
 STOP_GRACE_SECONDS = 15
 HAPROXY_INSTALL = "apt-get update && apt-get install -y haproxy   (Debian/Ubuntu; the package is 'haproxy' elsewhere too)"
 
 TARGET_HAPROXY_RATIO = 1.0
+TARGET_TASKS_HAPROXY_RATIO = 1.2
 TARGET_HOP_RATIO = 1.3
 TARGET_RSS_MB = 5.0
 TARGET_CPU_SCALE = 1.7
@@ -303,6 +308,14 @@ def bench_server(**settings: Any) -> dict:
     return resource_server(COUNTER, **settings)
 
 
+def session_owner(cookies: dict[str, str]) -> str | None:
+    """The owner named in whichever Gym session cookie these are (None for a server without owners)."""
+    for name in cookies:
+        if name.endswith("_session"):
+            return owner_of(cookies, name.removesuffix("_session"))
+    return None
+
+
 def owner_of(cookies: dict[str, str], instance: str) -> str | None:
     """The owner worker named in an instance's session cookie (the benchmark knows the secret)."""
     cookie = cookies.get(f"{instance}_session")
@@ -331,6 +344,8 @@ class EpisodeClient:
             timeout=REQUEST_TIMEOUT,
         )
         self.latencies: list[float] = []
+        # Each episode's cookies right after its seed: where its session lives.
+        self.seeded: list[dict[str, str]] = []
 
     async def post(self, url: str, body: dict, cookies: dict[str, str]) -> dict:
         """POST ``body``; the reply's Set-Cookie updates ``cookies``. A non-200 reply raises."""
@@ -348,7 +363,7 @@ class EpisodeClient:
         await self.http.close()
 
 
-VERIFY_BODY = {"responses_create_params": {"input": "x"}, "response": {}}
+VERIFY_BODY = {"responses_create_params": {"input": "x"}, "response": new_response().model_dump(mode="json")}
 
 Episode = Callable[[EpisodeClient, str], Awaitable[Any]]
 
@@ -356,6 +371,7 @@ Episode = Callable[[EpisodeClient, str], Awaitable[Any]]
 async def counter_episode(client: EpisodeClient, url: str) -> Any:
     cookies: dict[str, str] = {}
     await client.post(f"{url}/seed_session", {"initial_count": 0}, cookies)
+    client.seeded.append(dict(cookies))
     await client.post(f"{url}/increment_counter", {"count": 1}, cookies)
     await client.post(f"{url}/increment_counter", {"count": 2}, cookies)
     reply = await client.post(f"{url}/verify", {**VERIFY_BODY, "expected_count": 3}, cookies)
@@ -378,6 +394,15 @@ class Run:
     seconds: float
     latencies: list[float] = field(repr=False)
     first_error: str | None = None
+    owners: Counter = field(default_factory=Counter, repr=False)
+
+    @property
+    def spread(self) -> float | None:
+        """How far the busiest or idlest owner strays from the mean sessions per owner (0.1 = ±10%)."""
+        if len(self.owners) < 2:
+            return None
+        mean = sum(self.owners.values()) / len(self.owners)
+        return max(abs(count - mean) for count in self.owners.values()) / mean
 
     @property
     def per_second(self) -> float:
@@ -392,44 +417,68 @@ class Run:
         return percentile(self.latencies, 99) * 1000
 
 
-async def drive(episode: Episode, url: str, episodes: int, concurrency: int) -> Run:
+# The two ways callers drive episodes. "loops": as many long-lived loops as the concurrency, each playing
+# one episode after another on a pool of as many connections, so a loop mostly reuses its own
+# connection. "tasks": every episode a task, the concurrency a semaphore, one aiohttp session with its
+# default pool (100 connections, idle ones handed out oldest first), so an episode's requests hop
+# between connections, and so between workers: what rollout drivers usually do.
+PATTERNS = ("loops", "tasks")
+
+
+async def drive(episode: Episode, url: str, episodes: int, concurrency: int, pattern: str = "loops") -> Run:
     """``episodes`` episodes, ``concurrency`` at a time, over one pooled client made for this run."""
-    client = EpisodeClient(connections=concurrency)
-    pending = iter(range(episodes))
+    client = EpisodeClient(connections=concurrency) if pattern == "loops" else EpisodeClient(connector=aiohttp.TCPConnector())
     rewards: list[Any] = []
     errors: list[str] = []
 
-    async def play() -> None:
+    async def play_one() -> None:
+        try:
+            rewards.append(await episode(client, url))
+        except (RequestFailed, aiohttp.ClientError, asyncio.TimeoutError, ValueError) as error:
+            errors.append(repr(error))
+
+    pending = iter(range(episodes))
+
+    async def loop() -> None:
         for _ in pending:
-            try:
-                rewards.append(await episode(client, url))
-            except (RequestFailed, aiohttp.ClientError, asyncio.TimeoutError, ValueError) as error:
-                errors.append(repr(error))
+            await play_one()
+
+    gate = asyncio.Semaphore(concurrency)
+
+    async def task() -> None:
+        async with gate:
+            await play_one()
 
     try:
         started = time.perf_counter()
         async with asyncio.timeout(RUN_TIMEOUT_SECONDS):
-            await asyncio.gather(*(play() for _ in range(min(concurrency, episodes))))
+            if pattern == "loops":
+                await asyncio.gather(*(loop() for _ in range(min(concurrency, episodes))))
+            else:
+                await asyncio.gather(*(task() for _ in range(episodes)))
         seconds = time.perf_counter() - started
     finally:
         await client.close()
     good = sum(reward == 1.0 for reward in rewards)
-    return Run(episodes, good, len(errors), seconds, client.latencies, errors[0] if errors else None)
+    owners = Counter(owner for owner in map(session_owner, client.seeded) if owner is not None)
+    return Run(episodes, good, len(errors), seconds, client.latencies, errors[0] if errors else None, owners)
 
 
-async def alternate(targets: dict[str, str], episode: Episode, args: argparse.Namespace, episodes: int, concurrency: int) -> dict[str, list[Run]]:
+async def alternate(
+    targets: dict[str, str], episode: Episode, args: argparse.Namespace, episodes: int, concurrency: int, pattern: str = "loops"
+) -> dict[str, list[Run]]:
     """A warm-up per target, then ``args.runs`` rounds; each round visits every target, in a rotated order."""
     if args.warmup > 0:
         for url in targets.values():
-            await drive(episode, url, min(args.warmup, episodes), concurrency)
+            await drive(episode, url, min(args.warmup, episodes), concurrency, pattern)
     runs: dict[str, list[Run]] = {name: [] for name in targets}
     names = list(targets)
     for round_ in range(args.runs):
         for name in names[round_ % len(names):] + names[: round_ % len(names)]:
-            run = await drive(episode, targets[name], episodes, concurrency)
+            run = await drive(episode, targets[name], episodes, concurrency, pattern)
             runs[name].append(run)
             note = f", first error: {run.first_error}" if run.first_error else ""
-            log(f"  run {round_ + 1}/{args.runs} {name}: {run.good}/{run.total}, {run.per_second:.0f}/s{note}")
+            log(f"  {pattern} run {round_ + 1}/{args.runs} {name}: {run.good}/{run.total}, {run.per_second:.0f}/s{note}")
     return runs
 
 
@@ -505,17 +554,22 @@ def episodes_section(args: argparse.Namespace, log_dir: Path) -> dict:
             backends = [instances[f"counter_b{i}"].url for i in range(4)]
             haproxy = HAProxy(haproxy_binary, backends, gym_config.free_port(), log_dir)
             targets[HAPROXY] = haproxy.url
-        runs = asyncio.run(alternate(targets, counter_episode, args, args.episodes, args.concurrency))
+        runs = {pattern: asyncio.run(alternate(targets, counter_episode, args, args.episodes, args.concurrency, pattern)) for pattern in args.patterns}
         warnings = [REPLACED_WARNING.format(name) for name, pids in workers.items() if replaced(launcher.processes[name].pid, pids)]
     finally:
         if haproxy is not None:
             haproxy.stop()
         launcher.stop()
+    return {"patterns": {pattern: episode_rows(pattern_runs, args) for pattern, pattern_runs in runs.items()}, "warnings": warnings}
+
+
+def episode_rows(runs: dict[str, list[Run]], args: argparse.Namespace) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for name in (ONE_WORKER, ROUTED, UNROUTED, HAPROXY):
         if name not in runs:
             rows[name] = {"skipped": "haproxy not installed" if not args.no_haproxy else "--no-haproxy"}
             continue
+        spreads = [run.spread for run in runs[name] if run.spread is not None]
         rows[name] = {
             "total": args.episodes,
             "good": median([run.good for run in runs[name]]),
@@ -524,33 +578,41 @@ def episodes_section(args: argparse.Namespace, log_dir: Path) -> dict:
             "per_second": median([run.per_second for run in runs[name]]),
             "p50_ms": median([run.p50_ms for run in runs[name]]),
             "p99_ms": median([run.p99_ms for run in runs[name]]),
+            "spread": max(spreads) if spreads else None,
         }
-    return {"rows": rows, "warnings": warnings}
+    return rows
 
 
 def episodes_table(result: dict, args: argparse.Namespace) -> str:
-    haproxy = result["rows"][HAPROXY].get("per_second")
-    one = result["rows"][ONE_WORKER]["per_second"]
-    rows = []
-    for name, row in result["rows"].items():
-        if "skipped" in row:
-            reason = row["skipped"]
-            hint = f"; install: {HAPROXY_INSTALL}" if reason == "haproxy not installed" else ""
-            rows.append([name, f"skipped ({reason}{hint})", "", "", "", "", "", ""])
-            continue
-        rows.append([
-            name,
-            f"{row['good']:.0f}/{row['total']}",
-            f"{row['errors']:.0f}",
-            fmt(row["per_second"], ".0f"),
-            fmt(row["p50_ms"], ".1f"),
-            fmt(row["p99_ms"], ".1f"),
-            fmt(ratio(row["per_second"], haproxy), ".2f", "x"),
-            fmt(ratio(row["per_second"], one), ".2f", "x"),
-        ])
-    header = ["configuration", "reward 1.0 / total", "errors", "episodes/s", "p50 ms", "p99 ms", "vs HAProxy", "vs 1 worker"]
-    title = f"1. Counter episodes: {args.episodes} per run at concurrency {args.concurrency}, medians of {args.runs} runs"
-    return f"{title}\n{render_table(header, rows)}"
+    tables = []
+    for pattern, rows_by_name in result["patterns"].items():
+        haproxy = rows_by_name[HAPROXY].get("per_second")
+        one = rows_by_name[ONE_WORKER]["per_second"]
+        rows = []
+        for name, row in rows_by_name.items():
+            if "skipped" in row:
+                reason = row["skipped"]
+                hint = f"; install: {HAPROXY_INSTALL}" if reason == "haproxy not installed" else ""
+                rows.append([name, f"skipped ({reason}{hint})", "", "", "", "", "", "", ""])
+                continue
+            rows.append([
+                name,
+                f"{row['good']:.0f}/{row['total']}",
+                f"{row['errors']:.0f}",
+                fmt(row["per_second"], ".0f"),
+                fmt(row["p50_ms"], ".1f"),
+                fmt(row["p99_ms"], ".1f"),
+                "-" if row["spread"] is None else f"±{row['spread']:.0%}",
+                fmt(ratio(row["per_second"], haproxy), ".2f", "x"),
+                fmt(ratio(row["per_second"], one), ".2f", "x"),
+            ])
+        header = ["configuration", "reward 1.0 / total", "errors", "episodes/s", "p50 ms", "p99 ms", "sessions/worker", "vs HAProxy", "vs 1 worker"]
+        title = (
+            f"1{'ab'[PATTERNS.index(pattern)]}. Counter episodes, {pattern} client: {args.episodes} per run at concurrency "
+            f"{args.concurrency}, medians of {args.runs} runs (sessions/worker: the owner furthest from the mean, worst run)"
+        )
+        tables.append(f"{title}\n{render_table(header, rows)}")
+    return "\n\n".join(tables)
 
 
 # --- 2. hop cost ----------------------------------------------------------------------------------------
@@ -799,21 +861,31 @@ def cpu_table(result: dict, args: argparse.Namespace) -> str:
 
 
 def targets(results: dict) -> list[tuple[str, str, str]]:
-    """(target, 'met' / 'not met' / 'not measured', measured figure) for each target of issue 6."""
+    """(target, 'met' / 'not met' / 'not measured', measured figure) for each target of issues 6, 9 and 13."""
     checks = []
     episodes = results.get("episodes")
-    name = f"4 workers routed: 100% correct and throughput >= {TARGET_HAPROXY_RATIO:.1f}x HAProxy"
-    if episodes is None:
-        checks.append((name, "not measured", "section skipped"))
-    else:
-        routed = episodes["rows"][ROUTED]
+    for pattern, needed in (("loops", TARGET_HAPROXY_RATIO), ("tasks", TARGET_TASKS_HAPROXY_RATIO)):
+        name = f"{pattern} client, 4 workers routed: 100% correct and throughput >= {needed:.1f}x HAProxy"
+        if episodes is None or pattern not in episodes["patterns"]:
+            checks.append((name, "not measured", "not run"))
+            continue
+        rows = episodes["patterns"][pattern]
+        routed = rows[ROUTED]
         correct = all(good == routed["total"] for good in routed["good_all_runs"])
-        against = ratio(routed["per_second"], episodes["rows"][HAPROXY].get("per_second"))
+        against = ratio(routed["per_second"], rows[HAPROXY].get("per_second"))
         figure = f"{min(routed['good_all_runs'])}/{routed['total']} in the worst run, {fmt(against, '.2f', 'x')} HAProxy"
         if against is None:
             checks.append((name, "not measured", f"HAProxy skipped; {figure}"))
-        else:
-            checks.append((name, "met" if correct and against >= TARGET_HAPROXY_RATIO else "not met", figure))
+            continue
+        checks.append((name, "met" if correct and against >= needed else "not met", figure))
+        if pattern == "tasks":
+            p99 = f"p99 {routed['p99_ms']:.1f} ms against HAProxy's {rows[HAPROXY]['p99_ms']:.1f} ms"
+            checks.append(("tasks client, 4 workers routed: p99 <= HAProxy's", "met" if routed["p99_ms"] <= rows[HAPROXY]["p99_ms"] else "not met", p99))
+            one = ratio(routed["per_second"], rows[ONE_WORKER]["per_second"])
+            checks.append(("tasks client, 4 workers routed: throughput >= 1.0x one worker", "met" if one >= 1.0 else "not met", fmt(one, ".2f", "x")))
+        if routed["spread"] is not None:
+            spread = f"±{routed['spread']:.0%}"
+            checks.append((f"{pattern} client: sessions per worker within ±10% of the mean", "met" if routed["spread"] <= 0.1 else "not met", spread))
     hop = results.get("hop")
     name = f"forwarded/local p50 <= {TARGET_HOP_RATIO}x"
     if hop is None:
@@ -872,6 +944,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=2000, help="1: counter episodes per run")
     parser.add_argument("--concurrency", type=int, default=200, help="1 and 3: episodes in flight")
     parser.add_argument("--no-haproxy", action="store_true", help="1: leave out the HAProxy row")
+    parser.add_argument("--patterns", default=",".join(PATTERNS), help=f"1: comma-separated subset of {','.join(PATTERNS)}")
     parser.add_argument("--hop-requests", type=int, default=2000, help="2: requests of each kind per run")
     parser.add_argument("--hop-block", type=int, default=100, help="2: requests per block; kinds alternate block by block")
     parser.add_argument("--sessions", type=int, default=100_000, help="3: new sessions between the two RSS readings")
@@ -890,6 +963,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.runs < 1 or args.episodes < 1 or args.hop_block < 2:
         parser.error("--runs and --episodes must be at least 1, --hop-block at least 2")
     args.hop_block = min(args.hop_block, args.hop_requests)
+    args.patterns = [p.strip() for p in args.patterns.split(",") if p.strip()]
+    if set(args.patterns) - set(PATTERNS):
+        parser.error(f"unknown patterns {sorted(set(args.patterns) - set(PATTERNS))}; choose from {', '.join(PATTERNS)}")
     return args
 
 
@@ -916,7 +992,7 @@ def main(argv: list[str] | None = None) -> None:
         log(f"logs of the servers are in {log_dir}")
     else:
         shutil.rmtree(log_dir, ignore_errors=True)
-    print("\nTargets (issue 6)")
+    print("\nTargets (issues 6, 9 and 13)")
     for target, verdict, figure in targets(results):
         print(f"  {'[' + verdict + ']':<15} {target}: {figure}")
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())

@@ -71,7 +71,8 @@ def counter_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str]:
 
 
 def swe_rebench_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str]:
-    sandbox_dir = Path(tempfile.mkdtemp(prefix="swe_rebench_report_"))
+    scratch = Path(tempfile.mkdtemp(prefix="swe_rebench_report_"))
+    sandbox_dir = scratch / "sandboxes"  # the instance's sandbox root: made at start, removed at stop
     config = shipped_config(
         SWE_REBENCH_DIR / "configs" / "swe_rebench.yaml", "resources_servers", SWE_REBENCH,
         num_workers=args.workers, sandbox_dir=str(sandbox_dir), route_sessions=args.routing,
@@ -90,12 +91,16 @@ def swe_rebench_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str
     try:
         with Launcher(instances, gym_config.free_port()):
             results = asyncio.run(run())
-            left_after_verify = len(list(sandbox_dir.iterdir()))
-        left_after_stop = len(list(sandbox_dir.iterdir()))
+            left_after_verify = len(list(sandbox_dir.glob("worker-*/sandbox-*")))
+        left_after_stop = len(list(sandbox_dir.glob("worker-*/sandbox-*")))
+        root_left = sandbox_dir.exists()
     finally:
-        shutil.rmtree(sandbox_dir, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
     graders = len({result["worker_pid"] for result in results if "worker_pid" in result})
-    note = f"graded by {graders} worker(s); sandboxes left after verify: {left_after_verify}, after stop: {left_after_stop}"
+    note = (
+        f"graded by {graders} worker(s); sandboxes left after verify: {left_after_verify}, after stop: {left_after_stop}"
+        f"; sandbox root {'still there' if root_left else 'removed'} after stop"
+    )
     return SWE_REBENCH, results, note
 
 

@@ -6,7 +6,6 @@ import argparse
 import importlib
 import inspect
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -20,14 +19,12 @@ from pydantic import ValidationError
 from nemo_gym import config as gym_config
 from nemo_gym.cli.scaffold import scaffold
 from nemo_gym.launcher import Launcher
-from nemo_gym.openai_types import Response
+from nemo_gym.openai_utils import new_response
 from nemo_gym.presets import environment_trio
+from nemo_gym.redaction import redact
 from nemo_gym.rollouts import read_rows
 from nemo_gym.server import find_server_class
 from nemo_gym.server_paths import EXTRA_ROOTS_ENV, find_implementation, make_importable, search_roots
-
-CREDENTIAL_KEY = re.compile(r"secret|api_key|token|password", re.IGNORECASE)
-REDACTED = "<redacted>"
 
 
 def config_layers(args: argparse.Namespace) -> dict[str, Any]:
@@ -52,24 +49,12 @@ def instances_from_args(args: argparse.Namespace) -> dict[str, gym_config.Instan
     return gym_config.load(**config_layers(args))
 
 
-def redacted(data: Any) -> Any:
-    """The config with the string values of credential-like keys (*secret*, *api_key*, *token*, *password*) hidden."""
-    if isinstance(data, dict):
-        return {
-            key: REDACTED if CREDENTIAL_KEY.search(str(key)) and isinstance(value, str) and value else redacted(value)
-            for key, value in data.items()
-        }
-    if isinstance(data, list):
-        return [redacted(item) for item in data]
-    return data
-
-
 def resolve(args: argparse.Namespace) -> int:
     """Print the merged, interpolated config as YAML, after checking it as ``env start`` would."""
     layers = config_layers(args)
     data, sources = gym_config.resolve(layers["paths"], layers["overrides"], layers["roots"], layers.get("initial"))
     gym_config.check_settings(gym_config.parse(data, sources, check_ports=False), layers["roots"])
-    print(yaml.safe_dump(redacted(data), sort_keys=False), end="")
+    print(yaml.safe_dump(redact(data), sort_keys=False), end="")
     return 0
 
 
@@ -136,11 +121,12 @@ def check_example_data(directory: Path, path: str | Path | None = None) -> int:
     seed_model, verify_model = body_model(server_class.seed_session), body_model(server_class.verify)
     path = Path(path) if path else directory / "data" / "example.jsonl"
     problems = 0
+    response = new_response().model_dump(mode="json", by_alias=True)
     rows = read_rows(path)
     for number, row in enumerate(rows, 1):
         try:
             seed_model.model_validate(row)
-            verify_model.model_validate({**row, "response": Response().model_dump()})
+            verify_model.model_validate({**row, "response": response})
         except ValidationError as error:
             problems += 1
             print(f"{path}: row {number}: {error}", file=sys.stderr)

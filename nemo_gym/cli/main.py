@@ -1,11 +1,11 @@
-"""``gym``: the command line. ``gym env start|test|resolve|init``, ``gym eval run``, ``gym list``."""
+"""``gym``: the command line. ``gym env start|test|resolve|init``, ``gym eval run``, ``gym list``, ``gym sessions``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from nemo_gym.cli import env, eval as eval_cli
+from nemo_gym.cli import env, eval as eval_cli, sessions
 from nemo_gym.cli.servers import list_servers
 from nemo_gym.config import ConfigError
 from nemo_gym.head import DEFAULT_HEAD_PORT
@@ -92,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing = groups.add_parser("list", help="list the servers found in the search roots: type, name, path")
     add_search_dir(listing)
     listing.set_defaults(handler=list_servers)
+    sessions.add_commands(groups)
     return parser
 
 

@@ -11,9 +11,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 class CancelOnDisconnect:
     """Cancels the request's handler when ``http.disconnect`` arrives before its reply is complete.
 
-    The handler reads its body as usual. Once the body is read (at once, for a request without one),
-    a watcher takes over the connection's messages; a later ``receive()`` by the handler waits for the
-    watcher's word that the caller left. A handler that leaves a body unread is not watched.
+    The handler reads its body as usual, and is cancelled if the caller leaves before it is whole. Once
+    the body is read (at once, for a request without one), a watcher takes over the connection's
+    messages; a later ``receive()`` by the handler waits for the watcher's word that the caller left. A
+    handler that leaves a body unread is not watched.
     """
 
     def __init__(self, app: ASGIApp) -> None:
@@ -29,13 +30,16 @@ class CancelOnDisconnect:
         watcher: asyncio.Task | None = None
 
         async def watch() -> None:
-            nonlocal cancelled
             while (await receive())["type"] != "http.disconnect":
                 pass
             caller_left.set()
             if not replied:
-                cancelled = True
-                handler.cancel()
+                cancel()
+
+        def cancel() -> None:
+            nonlocal cancelled
+            cancelled = True
+            handler.cancel()
 
         def start_watching() -> None:
             nonlocal watcher
@@ -50,7 +54,12 @@ class CancelOnDisconnect:
             if watcher is not None:  # no body: the watcher reads the connection from the start
                 return {"type": "http.request", "body": b"", "more_body": False}
             message = await receive()
-            if message.get("more_body", False):
+            if message["type"] == "http.disconnect":
+                # Cancelled here, before the app turns the disconnect into an error whose reference cycle
+                # would keep the body read so far in memory until a garbage collection.
+                cancel()
+                await asyncio.sleep(0)
+            elif message.get("more_body", False):
                 body_read = False
             else:
                 start_watching()

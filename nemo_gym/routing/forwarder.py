@@ -6,27 +6,29 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING
 
-import aiohttp
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
-from yarl import URL
 
 from nemo_gym.routing.liveness import is_alive, lock_path
+from nemo_gym.routing.owner_connection import ConnectionBroken, OwnerConnection, OwnerPool, request_head
 from nemo_gym.routing.private_server import CLIENT_HEADER, PRIVATE_KEEP_ALIVE_SECONDS
 from nemo_gym.routing.worker import socket_path
+
+if TYPE_CHECKING:
+    from nemo_gym.durable.adoption import Adopter
 
 # Shorter than the private server's, so this side always closes an idle connection first and never
 # sends a request down a connection the owner is closing.
 FORWARD_KEEP_ALIVE_SECONDS = PRIVATE_KEEP_ALIVE_SECONDS / 2
+# Framing this hop writes itself: the body's length (or chunks) as it sends it, and no interim
+# "100 Continue", since the body goes up with the request.
+REFRAMED = frozenset({b"content-length", b"expect"})
 # Connection-level headers describe one hop, not the request: each hop sets its own.
 HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
 )
-# Headers aiohttp would add on its own; a forwarded request carries only the caller's.
-NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
-WHOLE_REPLY_BYTES = 64 * 1024
-CLIENT_HEADER_NAME = CLIENT_HEADER.decode()
 # A live owner that takes no connection (its backlog full while it is busy) is retried, with pauses
 # growing from the first to the last, for this long; then the caller gets a 503 with Retry-After.
 BUSY_OWNER_WAIT_SECONDS = 30
@@ -34,12 +36,23 @@ FIRST_RETRY_PAUSE_SECONDS = 0.005
 LAST_RETRY_PAUSE_SECONDS = 0.25
 RETRY_AFTER_SECONDS = 1
 
-# What aiohttp sends: the whole body, a stream of it, or none.
+# What goes up to the owner: the whole body, a stream of it, or none.
 RequestBody = bytes | AsyncIterator[bytes] | None
 
 
 class OwnerGone(Exception):
-    """The owner's process is dead (its life lock is free): its sessions went with it."""
+    """The owner's process is dead (its life lock is free), and the request never reached it.
+
+    ``replay`` gives the request's body again from the start, for whoever serves it instead.
+    """
+
+    def __init__(self, owner: str) -> None:
+        super().__init__(owner)
+        self.replay: Receive | None = None
+
+
+class OwnerDied(Exception):
+    """The owner's process died while it had the request, before its reply started."""
 
 
 class OwnerBusy(Exception):
@@ -72,85 +85,103 @@ def busy_owner(owner: str, waited_seconds: float) -> JSONResponse:
 
 
 class Forwarder:
-    """Sends requests to owner workers: one aiohttp session, with pooled connections, per owner socket."""
+    """Sends requests to owner workers, over a pool of keep-alive connections per owner socket."""
 
     def __init__(self, socket_dir: str, busy_wait_seconds: float = BUSY_OWNER_WAIT_SECONDS) -> None:
         self.socket_dir = socket_dir
         self.busy_wait_seconds = busy_wait_seconds
-        self.sessions: dict[str, aiohttp.ClientSession] = {}
+        self.pools: dict[str, OwnerPool] = {}
+        # A server with durable sessions takes a dead owner's sessions over instead of answering 410.
+        self.adopter: Adopter | None = None
 
     async def forward(self, owner: str, scope: Scope, receive: Receive, send: Send) -> None:
-        """Forward and stream back; 410 if the owner is dead, 503 if it stays too busy to connect.
+        """Forward and stream back; 503 if the owner stays too busy to connect; if it is dead, 410, or
+        the adopter's answer when the server keeps its sessions durable.
 
         A caller that leaves cancels it. Only a dead owner's pooled connections are dropped: closing a
         live owner's would abort the requests it is serving.
         """
-        exchange = Exchange(scope, receive, send)
         try:
-            await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body))
-        except OwnerGone:
-            await self.forget(owner)
+            await self.try_forward(owner, scope, receive, send, self.busy_wait_seconds)
+        except OwnerGone as gone:
+            if self.adopter is not None:
+                await self.adopter.take_over(owner, scope, gone.replay or receive, send)
+                return
+            await lost_session(owner)(scope, receive, send)
+        except OwnerDied:
+            if self.adopter is not None:
+                await self.adopter.interrupted(owner, scope, receive, send)
+                return
             await lost_session(owner)(scope, receive, send)
         except OwnerBusy:
             await busy_owner(owner, self.busy_wait_seconds)(scope, receive, send)
-        except (CallerLeft, aiohttp.ClientConnectionError) as error:
+
+    async def try_forward(self, owner: str, scope: Scope, receive: Receive, send: Send, busy_wait_seconds: float) -> None:
+        """Forward and stream back; raises ``OwnerGone``, ``OwnerDied`` or ``OwnerBusy``, with nothing sent, if it cannot."""
+        exchange = Exchange(scope, receive, send)
+        try:
+            await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body, busy_wait_seconds))
+        except OwnerGone as gone:
+            await self.forget(owner)
+            gone.replay = exchange.replay()
+            raise
+        except (CallerLeft, ConnectionBroken) as error:
             if exchange.caller_left:
                 return
             if exchange.started:
                 raise  # the reply is half sent: only a closed connection can tell the caller
             if not is_alive(self.socket_dir, owner):
                 await self.forget(owner)
-                await lost_session(owner)(scope, receive, send)
-                return
+                raise OwnerDied(owner) from error
             detail = f"Forwarding to worker {owner}, which owns this session, failed: {error!r}"
             await JSONResponse(status_code=502, content={"detail": detail})(scope, receive, send)
 
-    async def relay_when_reachable(self, owner: str, exchange: "Exchange", body: RequestBody) -> None:
+    async def relay_when_reachable(self, owner: str, exchange: "Exchange", body: RequestBody, busy_wait_seconds: float) -> None:
         """Relay, retrying while the owner lives but cannot take the connection yet (its backlog is full)."""
         deadline = None
         pause = FIRST_RETRY_PAUSE_SECONDS
         while True:
             try:
-                await exchange.relay(self.session_for(owner), body)
-                return
-            except aiohttp.ClientConnectorError:  # no connection: nothing of the request was sent
+                connection = await self.pool_for(owner).connection()
+            except OSError:  # no connection: nothing of the request was sent
                 if not is_alive(self.socket_dir, owner):
                     raise OwnerGone(owner) from None
                 now = asyncio.get_running_loop().time()
-                deadline = deadline or now + self.busy_wait_seconds
+                deadline = deadline or now + busy_wait_seconds
                 if now >= deadline:
                     raise OwnerBusy(owner) from None
                 await asyncio.sleep(pause)
                 pause = min(2 * pause, LAST_RETRY_PAUSE_SECONDS)
+                continue
+            kept = False
+            try:
+                kept = await exchange.relay(connection, body)
+            finally:
+                if kept:
+                    self.pool_for(owner).give_back(connection)
+                else:
+                    connection.close()
+            return
 
-    def session_for(self, owner: str) -> aiohttp.ClientSession:
-        session = self.sessions.get(owner)
-        if session is None or session.closed:
-            session = aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(
-                    socket_path(self.socket_dir, owner), limit=0, keepalive_timeout=FORWARD_KEEP_ALIVE_SECONDS
-                ),
-                cookie_jar=aiohttp.DummyCookieJar(),
-                auto_decompress=False,
-                skip_auto_headers=NO_AUTO_HEADERS,
-                timeout=aiohttp.ClientTimeout(total=None),
-            )
-            self.sessions[owner] = session
-        return session
+    def pool_for(self, owner: str) -> OwnerPool:
+        pool = self.pools.get(owner)
+        if pool is None:
+            pool = self.pools[owner] = OwnerPool(socket_path(self.socket_dir, owner), FORWARD_KEEP_ALIVE_SECONDS)
+        return pool
 
     async def forget(self, owner: str) -> None:
         """Close a dead owner's pool and remove what its process left in the socket directory."""
-        session = self.sessions.pop(owner, None)
-        if session is not None:
-            await session.close()
+        pool = self.pools.pop(owner, None)
+        if pool is not None:
+            pool.close()
         for path in (socket_path(self.socket_dir, owner), lock_path(self.socket_dir, owner)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
     async def close(self) -> None:
-        for session in self.sessions.values():
-            await session.close()
-        self.sessions.clear()
+        for pool in self.pools.values():
+            pool.close()
+        self.pools.clear()
 
 
 class Exchange:
@@ -164,6 +195,9 @@ class Exchange:
         self.started = False
         self.finished = False
         self.caller_left = False
+        # The first body message read from the caller: a request that reached no owner (the rest of a
+        # streamed body is read only once connected) can then be served from the start by someone else.
+        self.first_body: Message = {"type": "http.request", "body": b"", "more_body": False}
 
     async def run(self, relay: Callable[[RequestBody], Awaitable[None]]) -> None:
         """Read the start of the body, then ``relay`` it; a caller that leaves meanwhile cancels it."""
@@ -178,35 +212,48 @@ class Exchange:
         finally:
             watcher.cancel()
 
-    async def relay(self, session: aiohttp.ClientSession, body: RequestBody) -> None:
+    async def relay(self, connection: OwnerConnection, body: RequestBody) -> bool:
+        """Send the request on ``connection`` and stream the reply back; whether the connection may be reused."""
         scope = self.scope
-        headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in scope["headers"] if name not in HOP_BY_HOP]
+        headers = [(name, value) for name, value in scope["headers"] if name not in HOP_BY_HOP and name not in REFRAMED]
         if scope.get("client"):
-            headers.append((CLIENT_HEADER_NAME, "%s:%d" % tuple(scope["client"])))
-        path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
-        url = URL.build(scheme="http", host="owner", path=path, query=scope["query_string"].decode("latin-1"), encoded=True)
-        # No await before the request starts, so no other task can close the session in between.
-        async with session.request(scope["method"], url, headers=headers, data=body) as reply:
-            self.started = True
-            headers = [(name, value) for name, value in reply.raw_headers if name.lower() not in HOP_BY_HOP]
-            await self.send({"type": "http.response.start", "status": reply.status, "headers": headers})
-            if reply.content_length is not None and reply.content_length <= WHOLE_REPLY_BYTES:
-                # A small reply of known length goes back in one message.
-                body = await reply.read()
-                self.finished = True
-                await self.send({"type": "http.response.body", "body": body, "more_body": False})
-                return
-            async for chunk in reply.content.iter_any():
-                await self.send({"type": "http.response.body", "body": chunk, "more_body": True})
+            headers.append((CLIENT_HEADER, b"%s:%d" % (scope["client"][0].encode(), scope["client"][1])))
+        if isinstance(body, bytes):
+            headers.append((b"content-length", b"%d" % len(body)))
+        elif body is not None:
+            headers.append((b"transfer-encoding", b"chunked"))
+        await connection.write(request_head(scope, headers) + (body if isinstance(body, bytes) else b""))
+        if body is not None and not isinstance(body, bytes):
+            async for chunk in body:
+                if chunk:
+                    await connection.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            await connection.write(b"0\r\n\r\n")
+        _, status, reply_headers = await connection.next_event()
+        self.started = True
+        headers = [(name, value) for name, value in reply_headers if name.lower() not in HOP_BY_HOP]
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+        if scope["method"] == "HEAD":  # the reply has no body, whatever its headers say; the parser cannot know
             self.finished = True
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+            return False
+        pieces: list[bytes] = []
+        while True:
+            event = await connection.next_event()
+            if event[0] == "end":
+                self.finished = True
+                await self.send({"type": "http.response.body", "body": b"".join(pieces), "more_body": False})
+                return event[1]
+            pieces.append(event[1])
+            if not connection.has_event():  # send what has come; a small reply goes back in one message
+                await self.send({"type": "http.response.body", "body": b"".join(pieces), "more_body": True})
+                pieces = []
 
     async def body_start(self) -> RequestBody:
-        """The request body for aiohttp: the bytes, if they came in one message; otherwise a stream."""
+        """The request body: the bytes, if they came in one message; otherwise a stream."""
         if not any(name in (b"content-length", b"transfer-encoding") for name, _ in self.scope["headers"]):
             self.body_sent.set()
             return None
-        first = await self.next_body_message()
+        first = self.first_body = await self.next_body_message()
         if not first.get("more_body", False):
             self.body_sent.set()
             return first.get("body", b"")
@@ -228,6 +275,10 @@ class Exchange:
             raise CallerLeft
         return message
 
+    def replay(self) -> Receive:
+        """The caller's request again from the start, for a request that reached no owner."""
+        return replaying(self.first_body, self.receive)
+
     async def cancel_when_caller_leaves(self, relaying: asyncio.Task) -> None:
         """Cancelling the relay closes the connection to the owner, which then cancels its handler."""
         await self.body_sent.wait()
@@ -236,3 +287,13 @@ class Exchange:
         if not self.finished:
             self.caller_left = True
             relaying.cancel()
+
+
+def replaying(first: Message, receive: Receive) -> Receive:
+    """``receive``, with a message already taken from it given back first."""
+    pending = [first]
+
+    async def replay() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replay

@@ -55,6 +55,11 @@ class OwnerReader:
 
     async def owner(self, scope: Scope) -> object | None:
         """The owner the request names; raises ``AmbiguousSession`` if it names two sessions."""
+        named = await self.named_session(scope)
+        return None if named is None else named.get(OWNER_KEY)
+
+    async def named_session(self, scope: Scope) -> dict | None:
+        """The session the request names: its token's payload or its cookie's session; None if neither."""
         cookie_headers: list[str] = []
         tokens: list[str] = []
         for name, value in scope["headers"]:
@@ -68,10 +73,9 @@ class OwnerReader:
         path = scope["path"]
         token_first = path == MCP_PATH or path.startswith(MCP_PATH + "/")
         if tokens and (token_first or not has_cookie):
-            payload = read_token(self.token_serializer, tokens[0])
-            return payload.get(OWNER_KEY) if payload else None
+            return read_token(self.token_serializer, tokens[0])
         if has_cookie:
-            return (await self.session(scope)).get(OWNER_KEY)
+            return await self.session(scope)
         return None
 
     def has_session_cookie(self, cookie_headers: list[str]) -> bool:

@@ -8,25 +8,30 @@ workers forward here arrive on the private socket, which bypasses the router (``
 from __future__ import annotations
 
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from nemo_gym.routing.forwarder import Forwarder
+from nemo_gym.routing.forwarder import Forwarder, OwnerBusy, OwnerDied, OwnerGone, replaying
 from nemo_gym.routing.owner import AmbiguousSession, OwnerReader
+from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.private_server import CLIENT_HEADER
-from nemo_gym.routing.worker import is_worker_id
+from nemo_gym.routing.worker import WORKER_HEADER, is_worker_id
+
+WORKER_HEADER_KEY = WORKER_HEADER.lower().encode()
 
 
 class SessionRouter:
-    def __init__(self, app: ASGIApp, worker_id: str, owners: OwnerReader, forwarder: Forwarder) -> None:
+    def __init__(self, app: ASGIApp, worker_id: str, owners: OwnerReader, forwarder: Forwarder, placement: Placement) -> None:
         self.app = app
         self.worker_id = worker_id
         self.owners = owners
         self.forwarder = forwarder
+        self.placement = placement
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = labelled(send, self.worker_id.encode())
         # Only a sibling worker may name the caller's address; from the public port it is stripped.
         if any(name == CLIENT_HEADER for name, _ in scope["headers"]):
             scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER]
@@ -35,7 +40,9 @@ class SessionRouter:
         except AmbiguousSession as error:
             await JSONResponse(status_code=400, content={"detail": error.detail})(scope, receive, send)
             return
-        if owner is None or owner == self.worker_id:
+        if owner is None:
+            await self.start_session(scope, receive, send)
+        elif owner == self.worker_id:
             await self.app(scope, receive, send)
         elif is_worker_id(owner):
             await self.forwarder.forward(owner, scope, receive, send)
@@ -43,3 +50,35 @@ class SessionRouter:
             response = JSONResponse(status_code=400, content={"detail": "the session names an owner worker that is not a worker ID"})
             await response(scope, receive, send)
 
+    async def start_session(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request that starts a session is served where the session should live (``placement``).
+
+        Its body is read first, so that a sibling that cannot take it (dead, or too busy to accept)
+        leaves it to be served here; a body that streams in several pieces is always served here.
+        """
+        target = self.placement.choose()
+        if target is None:
+            await self.app(scope, receive, send)
+            return
+        first = await receive()
+        if first.get("more_body", False):
+            self.placement.taken_back(target)
+            await self.app(scope, replaying(first, receive), send)
+            return
+        try:
+            await self.forwarder.try_forward(target, scope, replaying(first, receive), send, busy_wait_seconds=0)
+        except (OwnerGone, OwnerDied, OwnerBusy):
+            self.placement.taken_back(target)
+            await self.app(scope, replaying(first, receive), send)
+
+
+def labelled(send: Send, worker_id: bytes) -> Send:
+    """Name this worker on the reply, replacing any other naming (an owner's, an app's): it labels the connection."""
+
+    async def send_labelled(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(name, value) for name, value in message.get("headers", []) if name.lower() != WORKER_HEADER_KEY]
+            message = {**message, "headers": [*headers, (WORKER_HEADER_KEY, worker_id)]}
+        await send(message)
+
+    return send_labelled

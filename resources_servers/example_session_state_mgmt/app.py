@@ -13,6 +13,7 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
+from nemo_gym.durable.states import SessionStates
 from nemo_gym.server_utils import SESSION_ID_KEY
 
 
@@ -47,7 +48,11 @@ class CounterVerifyResponse(BaseVerifyResponse):
 
 class CounterServer(SimpleResourcesServer):
     config: BaseResourcesServerConfig
-    counters: dict[str, int] = Field(default_factory=dict)
+    # The counters outlive a worker and a restart: written through to the instance's session store.
+    counters: SessionStates[int] = Field(default_factory=lambda: SessionStates(int))
+
+    def session_states(self) -> SessionStates[int]:
+        return self.counters
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()

@@ -1,18 +1,20 @@
-"""swe_rebench: fix a bug in a small Python repository inside a per-session sandbox; hidden tests grade the patch.
+"""swe_rebench: fix a bug in a small Python repository inside a per-session jailed sandbox; hidden tests grade the patch.
 
-``/seed_session`` makes the session's sandbox (a git working copy of the task's repository, in its own
-temp directory) and keeps it in a dict keyed by session id. The tools read and write files, run shell
-commands and run the task's tests there, each as a bounded subprocess. ``/verify`` pops the sandbox,
-takes the patch as ``git diff`` against the seed commit, applies it to a clean copy of the task, runs
-the hidden tests on that, and removes the sandbox. Sandboxes never verified go when the server stops.
+``/seed_session`` makes the session's sandbox (a git working copy of the task's repository on a
+size-capped tmpfs of its own, under this worker's locked part of the instance's sandbox root) and keeps
+it in a dict keyed by session id. Every tool runs as a bounded subprocess inside the sandbox's jail
+(``jail.py``), which shows that repository and nothing else of the host. ``/verify`` pops the sandbox,
+takes the patch as ``git diff`` against the seed commit (in the jail), applies it to a fresh copy of the
+task in a fresh sandbox, runs the hidden tests there (jailed too), and removes both. Sandboxes never
+verified go when the server stops; those of a killed worker when the server next starts or stops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -32,7 +34,10 @@ from nemo_gym.base_resources_server import (
     SimpleResourcesServer,
 )
 from nemo_gym.server import ServerApp
+from nemo_gym.signing_secret import state_dir
+from resources_servers.swe_rebench.jail import Jail, Limits, NoJail
 from resources_servers.swe_rebench.sandbox import (
+    GRADE_COPY_SCRIPT,
     HIDDEN_TEST_RUNNER,
     PATCH_SCRIPT,
     SEED_SCRIPT,
@@ -42,17 +47,32 @@ from resources_servers.swe_rebench.sandbox import (
     load_tasks,
     resolve_inside,
     run_process,
-    sandbox_env,
 )
+from resources_servers.swe_rebench.sandbox_root import SandboxRoot
 
 DEFAULT_TASKS_DIR = Path(__file__).resolve().parent / "data" / "tasks"
 MAX_FILE_CHARS = 1_000_000
+MIB = 1 << 20
+# Reads and writes act inside the jail, where a symlink can reach nothing of the host.
+READ_SCRIPT = 'exec cat -- "$1"'
+WRITE_SCRIPT = 'mkdir -p -- "$(dirname -- "$1")" && exec dd of="$1" bs=65536 status=none'
+
+logger = logging.getLogger(__name__)
 
 
 class SweRebenchConfig(BaseResourcesServerConfig):
     tasks_dir: str = str(DEFAULT_TASKS_DIR)
-    # Where sandboxes are made; default: the system temp directory.
+    # The instance's sandbox root (made at start, removed at stop); default: swe_rebench-<instance> in the system temp directory.
     sandbox_dir: str | None = None
+    # The bubblewrap binary (a name looked up on PATH, or a path).
+    bwrap: str = "bwrap"
+    # Run the policy's commands unconfined, as the server's user: only for a trusted policy.
+    unsafe_no_jail: bool = False
+    # Jail limits: the repository's tmpfs (and, apart, each command's /tmp), address space per process,
+    # processes of the sandbox at once.
+    max_disk_mb: int = Field(256, gt=0)
+    max_memory_mb: int = Field(2048, gt=0)
+    max_processes: int = Field(64, gt=0)
     command_timeout_seconds: float = Field(30.0, gt=0)
     test_timeout_seconds: float = Field(60.0, gt=0)
     max_output_bytes: int = Field(16384, gt=0)
@@ -142,9 +162,16 @@ class SweRebenchServer(SimpleResourcesServer):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.tasks = load_tasks(Path(self.config.tasks_dir))
-        self.sandbox_dir = Path(self.config.sandbox_dir or tempfile.gettempdir())
-        self.sandbox_dir.mkdir(parents=True, exist_ok=True)
+        self.tasks_dir = Path(self.config.tasks_dir).resolve()
+        self.tasks = load_tasks(self.tasks_dir)
+        root = Path(self.config.sandbox_dir or Path(tempfile.gettempdir()) / f"swe_rebench-{self.name}").resolve()
+        if self.config.unsafe_no_jail:
+            self.jail: Jail | NoJail = NoJail()
+            self.root = SandboxRoot(root, disk_bytes=None)
+        else:
+            limits = Limits(self.config.max_disk_mb * MIB, self.config.max_memory_mb * MIB, self.config.max_processes)
+            self.jail = Jail(self.config.bwrap, limits, hidden=[self.tasks_dir, root, state_dir().resolve()])
+            self.root = SandboxRoot(root, disk_bytes=limits.disk_bytes)
         self.sandboxes: dict[str, Sandbox] = {}
         self.process_slots = asyncio.Semaphore(self.config.max_concurrent_processes)
 
@@ -158,12 +185,29 @@ class SweRebenchServer(SimpleResourcesServer):
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
-        # Swept after the base lifespan ends, when no request (forwarded ones included) can make another.
+        self.root.open()
         try:
+            self.check_jail()
+            # Swept after the base lifespan ends, when no request (forwarded ones included) can make another.
             async with super().lifespan(app):
                 yield
         finally:
             self.remove_all_sandboxes()
+            self.root.close()
+
+    def check_jail(self) -> None:
+        if self.config.unsafe_no_jail:
+            logger.warning(
+                "swe_rebench %r runs with unsafe_no_jail: true: the policy's commands run as this server's user, "
+                "with the whole file system (other sessions, the hidden tests, the secrets) and the network",
+                self.name,
+            )
+            return
+        probe = self.root.make(next(iter(self.tasks.values())))
+        try:
+            self.jail.check(probe)
+        finally:
+            probe.remove()
 
     def remove_all_sandboxes(self) -> None:
         """Remove the sandboxes of sessions that never verified (the server is stopping)."""
@@ -174,17 +218,18 @@ class SweRebenchServer(SimpleResourcesServer):
         self,
         sandbox: Sandbox,
         argv: list[str],
-        cwd: Path | None = None,
+        mounts: dict[str, Path] | None = None,
         stdin: bytes | None = None,
         timeout: float | None = None,
         max_output: int | None = None,
     ) -> ProcessResult:
-        """A bounded subprocess in the sandbox (in its working copy unless ``cwd`` says otherwise)."""
+        """A bounded subprocess in the sandbox's jail, in its working copy; ``mounts`` are shown read-only at ``$<NAME>``."""
+        argv, cwd, env = self.jail.command(sandbox, argv, mounts or {})
         async with self.process_slots:
             return await run_process(
                 argv,
-                cwd or sandbox.repo,
-                sandbox_env(sandbox.root),
+                cwd,
+                env,
                 timeout or self.config.command_timeout_seconds,
                 max_output or self.config.max_output_bytes,
                 stdin,
@@ -209,19 +254,18 @@ class SweRebenchServer(SimpleResourcesServer):
         session_id = request.session[SESSION_ID_KEY]
         previous = self.sandboxes.pop(session_id, None)
         if previous is not None:
-            previous.remove()
-        sandbox = Sandbox.make(task, self.sandbox_dir)
+            await asyncio.to_thread(previous.remove)
+        sandbox = await asyncio.to_thread(self.root.make, task)
         self.sandboxes[session_id] = sandbox
         try:
-            await asyncio.to_thread(shutil.copytree, task.repo, sandbox.repo)
-            seeded = await self.run(sandbox, ["sh", "-c", SEED_SCRIPT])
+            seeded = await self.run(sandbox, ["sh", "-c", SEED_SCRIPT], {"template": task.repo})
             if not seeded.ok:
                 raise HTTPException(500, f"could not make the task repository: {describe(seeded)}")
             sandbox.base_commit = seeded.output.strip()
         except BaseException:
             if self.sandboxes.get(session_id) is sandbox:
                 del self.sandboxes[session_id]
-            sandbox.remove()
+            await asyncio.to_thread(sandbox.remove)
             raise
         return SweRebenchSeedSessionResponse(task_id=task.task_id, worker_pid=os.getpid())
 
@@ -233,7 +277,7 @@ class SweRebenchServer(SimpleResourcesServer):
             raise HTTPException(404, f"no such file: {body.path!r}")
         if target.is_dir():
             raise HTTPException(400, f"{body.path!r} is a directory; list it with run_command (ls)")
-        result = await self.run(sandbox, ["cat", "--", str(target)])
+        result = await self.run(sandbox, ["sh", "-c", READ_SCRIPT, "read_file", inside(sandbox, target)])
         if not result.ok:
             raise HTTPException(400, f"cannot read {body.path!r}: {describe(result)}")
         return ReadFileResponse(path=body.path, content=result.output, truncated=result.truncated)
@@ -244,12 +288,8 @@ class SweRebenchServer(SimpleResourcesServer):
         target = self.path_in(sandbox, body.path)
         if target.is_dir():
             raise HTTPException(400, f"{body.path!r} is a directory")
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise HTTPException(400, f"cannot write {body.path!r}: {error.strerror}") from None
         data = body.content.encode()
-        result = await self.run(sandbox, ["dd", f"of={target}", "bs=65536", "status=none"], stdin=data)
+        result = await self.run(sandbox, ["sh", "-c", WRITE_SCRIPT, "write_file", inside(sandbox, target)], stdin=data)
         if not result.ok:
             raise HTTPException(400, f"cannot write {body.path!r}: {describe(result)}")
         return WriteFileResponse(path=body.path, bytes_written=len(data))
@@ -281,7 +321,7 @@ class SweRebenchServer(SimpleResourcesServer):
         return SweRebenchVerifyResponse.model_validate(body.model_dump() | vars(grade) | {"worker_pid": os.getpid()})
 
     async def grade(self, sandbox: Sandbox, task_id: str) -> Grade:
-        """Take the patch, apply it to a clean copy of the task, run the hidden tests there."""
+        """Take the patch, apply it to a fresh copy of the task in a fresh sandbox, run the hidden tests there."""
         if sandbox.task.task_id != task_id:
             return Grade(reason=f"the session was seeded with task {sandbox.task.task_id!r}, not {task_id!r}")
         taken = await self.run(sandbox, ["sh", "-c", PATCH_SCRIPT, "patch", sandbox.base_commit], max_output=self.config.max_patch_bytes)
@@ -289,15 +329,20 @@ class SweRebenchServer(SimpleResourcesServer):
             return Grade(reason=f"the patch is larger than max_patch_bytes ({self.config.max_patch_bytes})")
         if not taken.ok:
             return Grade(reason=f"could not take the patch: {describe(taken)}")
-        patch = taken.output
-        graded, hidden = sandbox.root / "graded", sandbox.root / "hidden"
-        await asyncio.to_thread(copy_trees, {sandbox.task.repo: graded, sandbox.task.hidden_tests: hidden})
-        if patch:
-            applied = await self.run(sandbox, ["git", "apply", "--whitespace=nowarn", "-"], cwd=graded, stdin=patch.encode())
-            if not applied.ok:
-                return Grade(patch=patch, reason=f"the patch does not apply: {describe(applied)}")
-        argv = [sys.executable, "-I", "-S", "-c", HIDDEN_TEST_RUNNER, str(graded), str(hidden)]
-        tests = await self.run(sandbox, argv, cwd=graded, timeout=self.config.test_timeout_seconds)
+        graded = await asyncio.to_thread(self.root.make, sandbox.task)
+        try:
+            return await self.run_hidden_tests(graded, taken.output)
+        finally:
+            await asyncio.to_thread(graded.remove)
+
+    async def run_hidden_tests(self, graded: Sandbox, patch: str) -> Grade:
+        task = graded.task
+        copy = ["sh", "-c", GRADE_COPY_SCRIPT, "grade", "apply" if patch else ""]
+        applied = await self.run(graded, copy, {"template": task.repo}, stdin=patch.encode() if patch else None)
+        if not applied.ok:
+            return Grade(patch=patch, reason=f"the patch does not apply: {describe(applied)}")
+        argv = [sys.executable, "-I", "-S", "-c", HIDDEN_TEST_RUNNER]
+        tests = await self.run(graded, argv, {"hidden": task.hidden_tests}, timeout=self.config.test_timeout_seconds)
         if tests.ok:
             return Grade(reward=1.0, patch=patch, tests_passed=True, test_output=tests.output)
         reason = "the hidden tests timed out" if tests.timed_out else "the hidden tests failed"
@@ -305,9 +350,9 @@ class SweRebenchServer(SimpleResourcesServer):
         return Grade(patch=patch, test_output=tests.output, reason=reason)
 
 
-def copy_trees(copies: dict[Path, Path]) -> None:
-    for source, destination in copies.items():
-        shutil.copytree(source, destination)
+def inside(sandbox: Sandbox, target: Path) -> str:
+    """``target`` (a path checked to be in the repository) as the tools see it: relative to the repository root, their working directory."""
+    return f"./{target.relative_to(sandbox.repo)}"
 
 
 def describe(result: ProcessResult) -> str:

@@ -1,15 +1,14 @@
-"""Sandboxes: a task's repository in its own temp directory, and bounded subprocesses that run inside it."""
+"""Sandboxes: a task's repository in its own directory, path checks, and the bounded subprocesses that act on it."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+
+from resources_servers.swe_rebench.tmpfs import remove_tree
 
 READ_CHUNK = 65536
 GIT_IDENTITY = {
@@ -18,20 +17,23 @@ GIT_IDENTITY = {
     "GIT_COMMITTER_NAME": "NeMo Gym",
     "GIT_COMMITTER_EMAIL": "swe_rebench@nemo-gym.invalid",
 }
-# One shell line for the seed commit, so a seed costs one process spawn from the event loop.
+# One shell line for the seed: the task's files (mounted at $TEMPLATE) copied in and committed.
 SEED_SCRIPT = (
-    "git -c init.defaultBranch=main init -q"
+    'cp -R "$TEMPLATE"/. . && git -c init.defaultBranch=main init -q'
     " && printf '__pycache__/\\n*.pyc\\n' >> .git/info/exclude"
     " && git add -A && git commit -q -m 'Task repository as seeded' && git rev-parse HEAD"
 )
+# The grading copy: the task's files, then the patch (on stdin) applied to them unless it is empty ($1 = "").
+GRADE_COPY_SCRIPT = 'cp -R "$TEMPLATE"/. . && { test -z "$1" || git apply --whitespace=nowarn -; }'
 # The patch is every change since the seed commit, new files included.
 PATCH_SCRIPT = 'git add -A && git diff --cached --binary "$1"'
-# Hidden tests run with only the standard library and the patched repository on the path, the
-# repository last, so a patch cannot put its own `unittest` (or any stdlib module) in the grader's way.
+# Hidden tests (mounted at $HIDDEN) run with only the standard library and the patched repository (the
+# working directory) on the path, the repository last, so a patch cannot put its own `unittest` (or any
+# stdlib module) in the grader's way.
 HIDDEN_TEST_RUNNER = """
-import sys, unittest
-repo, hidden = sys.argv[1:3]
-sys.path.append(repo)
+import os, sys, unittest
+hidden = os.environ["HIDDEN"]
+sys.path.append(os.getcwd())
 result = unittest.TextTestRunner(stream=sys.stdout).run(unittest.defaultTestLoader.discover(hidden, top_level_dir=hidden))
 sys.exit(0 if result.wasSuccessful() and result.testsRun else 1)
 """
@@ -63,22 +65,22 @@ def load_tasks(tasks_dir: Path) -> dict[str, Task]:
 
 @dataclass
 class Sandbox:
-    """One session's temp directory: ``repo/`` is the working copy the tools act on; grading happens beside it."""
+    """One session's directory: ``repo/`` is the working copy the tools act on.
+
+    Jailed, the directory is a size-capped tmpfs owned by ``uid``, the sandbox's own unprivileged user.
+    """
 
     task: Task
     root: Path
+    uid: int | None = None
     base_commit: str = ""
-
-    @classmethod
-    def make(cls, task: Task, parent: Path) -> "Sandbox":
-        return cls(task, Path(tempfile.mkdtemp(prefix="swe_rebench-", dir=parent)).resolve())
 
     @property
     def repo(self) -> Path:
         return self.root / "repo"
 
     def remove(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree(self.root)
 
 
 def resolve_inside(root: Path, path: str) -> Path:
@@ -99,22 +101,6 @@ def resolve_inside(root: Path, path: str) -> Path:
     if not resolved.is_relative_to(root):
         raise PathError(f"{path!r} leads outside the repository through a symlink (to {resolved})")
     return resolved
-
-
-def sandbox_env(sandbox_root: Path) -> dict[str, str]:
-    """A clean environment: this Python first on PATH, git with a fixed identity and no user config."""
-    python_bin = os.path.dirname(sys.executable)
-    return {
-        "PATH": os.pathsep.join([python_bin, os.environ.get("PATH", os.defpath)]),
-        "HOME": str(sandbox_root),
-        "LANG": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        # git must never find a repository above the sandbox (the grading copy has none of its own).
-        "GIT_CEILING_DIRECTORIES": str(sandbox_root),
-        **GIT_IDENTITY,
-    }
 
 
 @dataclass
@@ -152,10 +138,11 @@ async def run_process(
     async def communicate() -> None:
         nonlocal dropped
         if stdin is not None:
+            # The process may exit without reading it; uvloop says so with RuntimeError ("the handler is closed").
             try:
                 process.stdin.write(stdin)
                 await process.stdin.drain()
-            except (BrokenPipeError, ConnectionResetError):
+            except (BrokenPipeError, ConnectionResetError, RuntimeError):
                 pass
             process.stdin.close()
         while chunk := await process.stdout.read(READ_CHUNK):

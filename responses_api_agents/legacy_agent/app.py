@@ -13,7 +13,7 @@ from fastapi import HTTPException, Request, Response as HTTPResponse
 
 from nemo_gym.base_responses_api_agent import BaseRunRequest, SimpleResponsesAPIAgent
 from nemo_gym.config import ServerRef
-from nemo_gym.openai_types import ResponseCreateParams
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server import ServerApp, checked, set_cookies
 
 
@@ -28,16 +28,20 @@ class LegacyAgent(SimpleResponsesAPIAgent):
     route_sessions = False
 
     async def run(self, request: Request, response: HTTPResponse, body: BaseRunRequest) -> dict[str, Any]:
-        return await self.relay("/run", request, response)
+        return await self.relay("/run", await request.json(), request, response)
 
-    async def responses(self, request: Request, response: HTTPResponse, body: ResponseCreateParams) -> dict[str, Any]:
-        return await self.relay("/v1/responses", request, response)
+    async def responses(
+        self, request: Request, response: HTTPResponse, body: NeMoGymResponseCreateParamsNonStreaming
+    ) -> NeMoGymResponse:
+        # The request as validated, so a caller's stream: true (answered here) does not go down.
+        relayed = await self.relay("/v1/responses", body.model_dump(mode="json", by_alias=True, exclude_unset=True), request, response)
+        return NeMoGymResponse.model_validate(relayed)
 
-    async def relay(self, path: str, request: Request, response: HTTPResponse) -> Any:
-        """Send the caller's JSON body and cookies downstream; hand back its body and its cookies."""
+    async def relay(self, path: str, payload: Any, request: Request, response: HTTPResponse) -> Any:
+        """Send ``payload`` with the caller's cookies downstream; hand back its body and its cookies."""
         downstream = self.config.downstream_agent.name
         try:
-            reply = await self.server_client.post(downstream, path, json=await request.json(), cookies=dict(request.cookies))
+            reply = await self.server_client.post(downstream, path, json=payload, cookies=dict(request.cookies))
         except aiohttp.ClientError as error:
             raise HTTPException(502, f"{downstream}{path} is unreachable: {error}") from None
         set_cookies(response, checked(reply, f"{downstream}{path}").cookies)

@@ -18,7 +18,7 @@ from pydantic import Field
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.base_responses_api_agent import BaseRunRequest, SimpleResponsesAPIAgent
 from nemo_gym.config import ServerRef
-from nemo_gym.openai_types import InputItem, Response, ResponseCreateParams
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server import ServerApp, checked
 
 
@@ -34,19 +34,21 @@ class MemoryAgent(SimpleResponsesAPIAgent):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.conversations: OrderedDict[str, list[InputItem]] = OrderedDict()
+        self.conversations: OrderedDict[str, list[Any]] = OrderedDict()
 
-    async def responses(self, request: Request, response: HTTPResponse, body: ResponseCreateParams) -> Response:
+    async def responses(
+        self, request: Request, response: HTTPResponse, body: NeMoGymResponseCreateParamsNonStreaming
+    ) -> NeMoGymResponse:
         session_id = request.session[SESSION_ID_KEY]
         conversation = [*self.conversations.get(session_id, []), *body.input_items()]
         step = body.model_copy(update={"input": conversation})
         model = self.config.model_server.name
-        reply = await self.server_client.post(model, "/v1/responses", json=step.model_dump(exclude_none=True))
-        model_response = Response.model_validate(checked(reply, f"{model}/v1/responses").body)
+        reply = await self.server_client.post(model, "/v1/responses", json=step.model_dump(mode="json", by_alias=True, exclude_none=True))
+        model_response = NeMoGymResponse.model_validate(checked(reply, f"{model}/v1/responses").body)
         self.remember(session_id, conversation + model_response.output)
         return model_response
 
-    def remember(self, session_id: str, conversation: list[InputItem]) -> None:
+    def remember(self, session_id: str, conversation: list[Any]) -> None:
         self.conversations[session_id] = conversation
         self.conversations.move_to_end(session_id)
         while len(self.conversations) > self.config.max_sessions:

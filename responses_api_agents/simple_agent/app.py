@@ -9,12 +9,15 @@ from fastapi import Request, Response as HTTPResponse
 
 from nemo_gym.base_responses_api_agent import BaseRunRequest, SimpleResponsesAPIAgent
 from nemo_gym.config import ServerRef
-from nemo_gym.openai_types import (
-    FunctionCallOutput,
-    Response,
-    ResponseCreateParams,
-    ResponseFunctionToolCall,
-    ResponseOutputMessage,
+from nemo_gym.openai_utils import (
+    NeMoGymFunctionCallOutput,
+    NeMoGymResponse,
+    NeMoGymResponseCreateParamsNonStreaming,
+    NeMoGymResponseFunctionToolCall,
+    NeMoGymResponseOutputMessage,
+    accumulate_response_usage,
+    new_id,
+    new_response,
 )
 from nemo_gym.server import ServerApp, checked, set_cookies
 
@@ -25,22 +28,29 @@ class SimpleAgentConfig(SimpleResponsesAPIAgent.config_class):
     max_steps: int = 20
 
 
+def function_call_output(call: NeMoGymResponseFunctionToolCall, output: str) -> NeMoGymFunctionCallOutput:
+    return NeMoGymFunctionCallOutput(call_id=call.call_id, output=output, id=new_id("fco"), status="completed")
+
+
 class SimpleAgent(SimpleResponsesAPIAgent):
     config_class = SimpleAgentConfig
     config: SimpleAgentConfig
 
-    async def responses(self, request: Request, response: HTTPResponse, body: ResponseCreateParams) -> Response:
+    async def responses(
+        self, request: Request, response: HTTPResponse, body: NeMoGymResponseCreateParamsNonStreaming
+    ) -> NeMoGymResponse:
         cookies = dict(request.cookies)
         conversation = body.input_items()
         produced: list[Any] = []
-        model_response = Response()
+        model_response, usage = new_response(body), None
         for _ in range(self.config.max_steps):
             step = body.model_copy(update={"input": conversation})
             reply = await self.server_client.post(
-                self.config.model_server.name, "/v1/responses", json=step.model_dump(exclude_none=True)
+                self.config.model_server.name, "/v1/responses", json=step.model_dump(mode="json", by_alias=True, exclude_none=True)
             )
-            model_response = Response.model_validate(checked(reply, f"{self.config.model_server.name}/v1/responses").body)
-            calls = [item for item in model_response.output if isinstance(item, ResponseFunctionToolCall)]
+            model_response = NeMoGymResponse.model_validate(checked(reply, f"{self.config.model_server.name}/v1/responses").body)
+            usage = accumulate_response_usage(usage, model_response.usage)
+            calls = [item for item in model_response.output if isinstance(item, NeMoGymResponseFunctionToolCall)]
             for item in model_response.output:
                 conversation.append(item)
                 produced.append(item)
@@ -48,27 +58,27 @@ class SimpleAgent(SimpleResponsesAPIAgent):
                 output = await self.call_tool(call, cookies)
                 conversation.append(output)
                 produced.append(output)
-            if not calls or any(isinstance(item, ResponseOutputMessage) for item in model_response.output):
+            if not calls or any(isinstance(item, NeMoGymResponseOutputMessage) for item in model_response.output):
                 break
         set_cookies(response, cookies)
-        return model_response.model_copy(update={"output": produced})
+        return model_response.model_copy(update={"output": produced, "usage": usage})
 
-    async def call_tool(self, call: ResponseFunctionToolCall, cookies: dict[str, str]) -> FunctionCallOutput:
+    async def call_tool(self, call: NeMoGymResponseFunctionToolCall, cookies: dict[str, str]) -> NeMoGymFunctionCallOutput:
         """Run one function call as ``POST /<name>``; whatever goes wrong becomes text the model reads."""
         try:
             arguments = json.loads(call.arguments or "{}")
         except json.JSONDecodeError as error:
-            return FunctionCallOutput(call_id=call.call_id, output=f"Error: arguments are not valid JSON: {error}")
+            return function_call_output(call, f"Error: arguments are not valid JSON: {error}")
         if not isinstance(arguments, dict):
-            return FunctionCallOutput(call_id=call.call_id, output="Error: arguments must be a JSON object")
+            return function_call_output(call, "Error: arguments must be a JSON object")
         reply = await self.server_client.post(self.config.resources_server.name, f"/{call.name}", json=arguments, cookies=cookies)
         cookies.update(reply.cookies)
-        return FunctionCallOutput(call_id=call.call_id, output=reply.text)
+        return function_call_output(call, reply.text)
 
     async def run(self, request: Request, response: HTTPResponse, body: BaseRunRequest) -> dict[str, Any]:
         cookies = dict(request.cookies)
         resources = self.config.resources_server.name
-        row = body.model_dump(exclude_none=True)
+        row = body.model_dump(mode="json", by_alias=True, exclude_none=True)
 
         seed = await self.server_client.post(resources, "/seed_session", json=row, cookies=cookies)
         cookies.update(checked(seed, f"{resources}/seed_session").cookies)

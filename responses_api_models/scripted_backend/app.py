@@ -15,20 +15,13 @@ import uuid
 from typing import Any, Callable
 
 from fastapi import FastAPI, HTTPException
-from pydantic import BaseModel, ConfigDict
 
+from nemo_gym.openai_utils import NeMoGymChatCompletion, NeMoGymChatCompletionCreateParamsNonStreaming
 from nemo_gym.server import ServerApp, SimpleServer
 
 
 class ScriptedBackendConfig(SimpleServer.config_class):
     think_time_ms: int = 0
-
-
-class ChatCompletionRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    model: str
-    messages: list[dict[str, Any]]
 
 
 ToolStep = tuple[str, dict[str, Any]]
@@ -70,6 +63,11 @@ def next_turn(messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {"role": "assistant", "content": f"Done. The last tool said: {results[-1]}"}
 
 
+def token_count(value: Any) -> int:
+    """The backend's stand-in for a tokenizer: the words of ``value`` written as JSON."""
+    return len(json.dumps(value).split())
+
+
 class ScriptedBackend(SimpleServer):
     config_class = ScriptedBackendConfig
     config: ScriptedBackendConfig
@@ -79,20 +77,17 @@ class ScriptedBackend(SimpleServer):
         app.post("/v1/chat/completions")(self.chat_completions)
         return app
 
-    async def chat_completions(self, body: ChatCompletionRequest) -> dict[str, Any]:
+    async def chat_completions(self, body: NeMoGymChatCompletionCreateParamsNonStreaming) -> NeMoGymChatCompletion:
         if not body.messages:
             raise HTTPException(400, "messages must not be empty")
         if self.config.think_time_ms:
             await asyncio.sleep(self.config.think_time_ms / 1000)
         message = next_turn(body.messages)
-        return {
-            "id": f"chatcmpl-{uuid.uuid4().hex}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        }
+        prompt_tokens, completion_tokens = token_count(body.messages), token_count(message)
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
+        choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}
+        completion = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time())}
+        return NeMoGymChatCompletion.model_validate({**completion, "model": body.model, "choices": [choice], "usage": usage})
 
 
 app = ServerApp(ScriptedBackend)

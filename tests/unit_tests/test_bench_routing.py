@@ -45,13 +45,14 @@ def test_table_aligns_columns():
     ]
 
 
-def results(routed_good=(100, 100, 100), routed_rate=110.0, haproxy_rate=100.0, local=1.0, forwarded=1.2, growth=(0.5, 4.0), scale=1.8):
+def results(routed_good=(100, 100, 100), routed_rate=130.0, haproxy_rate=100.0, p99=(10.0, 12.0), spread=0.05, local=1.0, forwarded=1.2, growth=(0.5, 4.0), scale=1.8):
     rows = {
-        bench.ROUTED: {"total": 100, "good_all_runs": list(routed_good), "per_second": routed_rate},
-        bench.HAPROXY: {"per_second": haproxy_rate} if haproxy_rate else {"skipped": "haproxy not installed"},
+        bench.ONE_WORKER: {"per_second": 100.0},
+        bench.ROUTED: {"total": 100, "good_all_runs": list(routed_good), "per_second": routed_rate, "p99_ms": p99[0], "spread": spread},
+        bench.HAPROXY: {"per_second": haproxy_rate, "p99_ms": p99[1]} if haproxy_rate else {"skipped": "haproxy not installed"},
     }
     return {
-        "episodes": {"rows": rows, "warnings": []},
+        "episodes": {"patterns": {"loops": rows, "tasks": rows}, "warnings": []},
         "hop": {bench.LOCAL: {"p50_ms": local}, bench.FORWARDED: {"p50_ms": forwarded}},
         "memory": {"sessions": 100_000, "workers": [{"growth_mb": g} for g in growth]},
         "cpu": {"scale": scale},
@@ -63,11 +64,17 @@ def verdicts(measured: dict) -> list[str]:
 
 
 def test_targets_met():
-    assert verdicts(results()) == ["met", "met", "met", "met"]
+    # loops: HAProxy, spread; tasks: HAProxy, p99, one worker, spread; hop; memory; CPU
+    assert verdicts(results()) == ["met"] * 9
 
 
 def test_targets_not_met():
-    assert verdicts(results(routed_rate=90.0, forwarded=1.4, growth=(0.5, 5.5), scale=1.6)) == ["not met"] * 4
+    measured = results(routed_rate=90.0, p99=(20.0, 12.0), spread=0.2, forwarded=1.4, growth=(0.5, 5.5), scale=1.6)
+    assert verdicts(measured) == ["not met"] * 9
+
+
+def test_the_tasks_client_needs_1_2x_haproxy_where_the_loops_client_needs_1_0x():
+    assert verdicts(results(routed_rate=110.0))[:3] == ["met", "met", "not met"]
 
 
 def test_one_wrong_episode_in_any_run_fails_the_routing_target():
@@ -77,7 +84,13 @@ def test_one_wrong_episode_in_any_run_fails_the_routing_target():
 def test_targets_without_haproxy_or_a_section_are_not_measured():
     measured = results(haproxy_rate=None)
     del measured["cpu"]
-    assert verdicts(measured) == ["not measured", "met", "met", "not measured"]
+    assert verdicts(measured) == ["not measured", "not measured", "met", "met", "not measured"]
+
+
+def test_sessions_per_worker_spread_is_the_furthest_owner_from_the_mean():
+    run = bench.Run(8, 8, 0, 1.0, [], owners=bench.Counter({"a": 3, "b": 1, "c": 2, "d": 2}))
+    assert run.spread == pytest.approx(0.5)
+    assert bench.Run(1, 1, 0, 1.0, [], owners=bench.Counter({"a": 1})).spread is None
 
 
 @E2E

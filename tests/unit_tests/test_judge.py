@@ -9,10 +9,11 @@ from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
 from nemo_gym.client import ServerClient
 from nemo_gym.judge import JudgeError, run_judge
+from nemo_gym.openai_utils import new_response
 from tests.unit_tests.in_process_server import serving
 
 NAME = "judged"
-VERIFY_BODY = {"responses_create_params": {"input": "2+2?"}, "response": {"output": []}, "question_id": 7}
+VERIFY_BODY = {"responses_create_params": {"input": "2+2?"}, "response": new_response().model_dump(mode="json"), "question_id": 7}
 
 
 class JudgedServer(SimpleResourcesServer):

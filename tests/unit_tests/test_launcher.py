@@ -46,8 +46,9 @@ def test_a_server_that_never_becomes_ready_gives_launch_error_with_its_log_tail(
     """Settings the server's config model refuses (check_settings skipped): the app cannot be built."""
     data = {"counter": {"resources_servers": {"example_session_state_mgmt": {"num_wokers": 2}}}}
     launcher = Launcher(gym_config.parse(data), gym_config.free_port())
+    # Long enough for the server to import (the openai package alone is about 0.6 s of CPU) on a busy machine.
     with pytest.raises(LaunchError) as error:
-        launcher.start(timeout=5)
+        launcher.start(timeout=15)
     assert "'counter'" in str(error.value)
     assert "num_wokers" in str(error.value)
     assert launcher.processes == {}

@@ -26,13 +26,14 @@ from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import SimpleResourcesServer
 from nemo_gym.client import ServerClient
 from nemo_gym.mcp_tools import McpToolRouteError
+from nemo_gym.openai_utils import new_response
 from nemo_gym.routing.worker import OWNER_KEY, is_worker_id, make_socket_dir, remove_socket_dir
 from nemo_gym.session_token import TOKEN_HEADER, read_token, token_serializer
 from resources_servers.example_session_state_mgmt.app import CounterServer
 from tests.unit_tests import in_process_server
 
 NAME = "counter"
-VERIFY_BODY = {"responses_create_params": {"input": "count"}, "response": {}}
+VERIFY_BODY = {"responses_create_params": {"input": "count"}, "response": new_response().model_dump(mode="json")}
 
 
 class EchoRequest(BaseModel):
@@ -363,7 +364,7 @@ BAD_ROUTES = {
 async def test_a_route_that_cannot_be_dispatched_faithfully_fails_start_up_naming_the_route_and_why(shape):
     register, message = BAD_ROUTES[shape]
     server_class = WithDebugRoute if shape == "not a POST" else server_with_route(register)
-    app = make_server(server_class).build_app()
+    app = make_server(server_class).setup_webserver()
 
     with pytest.raises(McpToolRouteError, match=message):
         async with app.router.lifespan_context(app):

@@ -26,7 +26,7 @@ from tests.unit_tests.routing_workers import McpPathEchoServer, instances, signe
 
 NAME = f"reading_{uuid.uuid4().hex[:8]}"
 SERVER = McpPathEchoServer.for_instance(NAME, instances(NAME, 2, session_secret="s" * 40))
-ROUTER = SERVER.build_app(socket_dir="/nonexistent")
+ROUTER = SERVER.build_app(socket_dir="/nonexistent").app  # inside the body limit
 APP = ROUTER.app  # what the router serves locally: SessionMiddleware and the routes
 OWNERS = ["a" * 16, "b" * 16]
 COOKIE = SERVER.session_cookie
@@ -91,8 +91,12 @@ async def app_reply(request_scope: dict[str, Any]) -> dict[str, Any]:
     """Serve the request with the app the router would hand it to locally; return the JSON reply."""
     sent: list[dict[str, Any]] = []
 
+    messages = [{"type": "http.request", "body": b"", "more_body": False}]
+
     async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
+        if messages:
+            return messages.pop()
+        await asyncio.Event().wait()  # the caller never leaves
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)

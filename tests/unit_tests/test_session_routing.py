@@ -10,9 +10,9 @@ import uuid
 
 import aiohttp
 import pytest
-from fastapi import FastAPI
 
 from nemo_gym import SESSION_ID_KEY
+from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.liveness import is_alive
 from nemo_gym.routing.worker import OWNER_KEY, socket_path
 from nemo_gym.session_token import TOKEN_HEADER, mint_token, token_serializer
@@ -192,7 +192,7 @@ async def test_single_worker_server_has_no_routing():
         response = await caller.post(worker, "/echo/x")
         cookies = {key: morsel.value for key, morsel in response.cookies.items()}
         assert OWNER_KEY not in session_of(worker.server.secret, cookies[worker.server.session_cookie])
-        assert isinstance(worker.app, FastAPI)  # no router in front of it
+        assert isinstance(worker.app.app, CancelOnDisconnect)  # no router between the body limit and the app
     finally:
         await caller.close()
         await worker.stop()
@@ -271,8 +271,9 @@ async def test_nothing_in_the_routing_grows_with_sessions_served(pair):
     for _ in range(50):
         cookies = await new_session(caller, a)
         assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2
-    assert list(b.server.forwarder.sessions) == [a.server.worker_id]
-    assert a.server.forwarder.sessions == {}
+    assert list(b.server.forwarder.pools) == [a.server.worker_id]
+    assert len(b.server.forwarder.pools[a.server.worker_id].idle) == 1  # one request at a time: one connection
+    assert a.server.forwarder.pools == {}
 
 
 async def test_mcp_token_minted_on_one_worker_routes_a_cookieless_request_to_it(pair):
@@ -390,13 +391,13 @@ async def test_busy_owner_keeps_its_pooled_connections_and_requests_in_flight(pa
     session_id = session_of(a.server.secret, cookies[a.server.session_cookie])[SESSION_ID_KEY]
     in_flight = asyncio.ensure_future(caller.post(b, "/hang", cookies))  # holds b's pooled connection to a
     await asyncio.sleep(0.3)
-    pooled = b.server.forwarder.sessions[a.server.worker_id]
+    pool = b.server.forwarder.pools[a.server.worker_id]
     path = socket_path(a.server.socket_dir, a.server.worker_id)
     os.rename(path, path + ".away")
     b.server.forwarder.busy_wait_seconds = 0.5
     try:
         assert (await caller.post(b, "/increment", cookies)).status == 503
-        assert b.server.forwarder.sessions[a.server.worker_id] is pooled and not pooled.closed
+        assert b.server.forwarder.pools[a.server.worker_id] is pool
         assert not in_flight.done() and session_id not in EchoServer.cancelled
     finally:
         os.rename(path + ".away", path)
@@ -412,3 +413,58 @@ async def test_owner_whose_life_lock_is_free_is_dead_and_gets_410_at_once(pair):
     async with asyncio.timeout(5):
         response = await caller.post(b, "/increment", cookies)
     assert response.status == 410
+
+
+@pytest.fixture
+async def placing_pair():
+    """Workers A and B with balanced placement on, each aware of the other."""
+    socket_dir = tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")
+    name = f"echo_{uuid.uuid4().hex[:8]}"
+    a = await Worker(name, 2, socket_dir, place_sessions=True).start()
+    b = await Worker(name, 2, socket_dir, place_sessions=True).start()
+    for worker in (a, b):
+        worker.server.placement.refresh()
+    caller = Caller()
+    yield a, b, caller
+    await caller.close()
+    await a.stop()
+    await b.stop()
+    os.rmdir(socket_dir)
+
+
+async def test_new_sessions_arriving_at_one_worker_are_started_on_the_one_that_started_fewest(placing_pair):
+    a, b, caller = placing_pair
+    owners = []
+    for number in range(20):
+        response = await caller.post(a, "/echo/x", data=f"seed {number}")
+        body = await response.json()
+        assert body["body"] == f"seed {number}"  # the body the placement read first still arrives
+        owners.append(body["worker"])
+        assert owner_of(a, {key: morsel.value for key, morsel in response.cookies.items()}) == body["worker"]
+    assert abs(owners.count(a.server.worker_id) - owners.count(b.server.worker_id)) <= 4
+
+
+async def test_a_new_session_meant_for_a_dead_sibling_starts_here(placing_pair):
+    a, b, caller = placing_pair
+    for _ in range(5):
+        await caller.post(a, "/echo/x")  # a has started more than b, so the next goes to b
+    assert a.server.placement.least_loaded() == b.server.worker_id
+    await b.stop()
+    response = await caller.post(a, "/echo/x", data="kept")
+    assert response.status == 200
+    body = await response.json()
+    assert (body["worker"], body["body"]) == (a.server.worker_id, "kept")
+    assert b.server.worker_id not in a.server.placement.siblings
+
+
+async def test_a_replacement_worker_starts_level_with_the_least_loaded_sibling(placing_pair):
+    a, b, caller = placing_pair
+    for _ in range(6):
+        await caller.post(b, "/echo/x", headers={"Cookie": "ignored=1"})
+    started = a.server.placement.counts()[b.server.worker_id]
+    c = await Worker(a.server.name, 2, a.server.socket_dir, place_sessions=True).start()
+    try:
+        assert c.server.placement.counts() == {a.server.worker_id: c.server.placement.counts()[a.server.worker_id], b.server.worker_id: started}
+        assert c.server.placement.own.value == min(c.server.placement.counts().values())
+    finally:
+        await c.stop()

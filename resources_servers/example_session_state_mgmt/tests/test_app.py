@@ -9,10 +9,11 @@ import pytest
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
 from nemo_gym.launcher import Launcher
+from nemo_gym.openai_utils import new_response
 
 COUNTER = "counter"
 TASK = {"responses_create_params": {"input": "The counter starts at 2. Add 3, then get the count and tell me."}}
-EMPTY_RESPONSE = {"output": []}
+EMPTY_RESPONSE = new_response().model_dump(mode="json")
 
 
 @pytest.fixture(scope="module")

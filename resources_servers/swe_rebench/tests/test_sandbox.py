@@ -1,12 +1,17 @@
 """The sandbox helpers: paths that could leave the sandbox are refused; subprocesses are bounded."""
 
+import asyncio
 import os
 import sys
 import time
 
 import pytest
+import uvloop
 
-from resources_servers.swe_rebench.sandbox import PathError, resolve_inside, run_process, sandbox_env
+from resources_servers.swe_rebench.sandbox import PathError, ProcessResult, resolve_inside, run_process
+
+
+ENV = {"PATH": os.environ["PATH"]}
 
 
 @pytest.fixture
@@ -42,7 +47,7 @@ def test_paths_inside_are_resolved_including_new_files_and_inner_symlinks(root):
 @pytest.mark.anyio
 async def test_a_command_past_its_timeout_is_killed_with_its_children(root):
     started = time.monotonic()
-    result = await run_process(["bash", "-c", "sleep 30 & echo $!; sleep 30"], root, sandbox_env(root.parent), 0.5, 1000)
+    result = await run_process(["bash", "-c", "sleep 30 & echo $!; sleep 30"], root, ENV, 0.5, 1000)
     assert result.timed_out and result.exit_code is None
     assert time.monotonic() - started < 10
     child = int(result.output.split()[0])
@@ -51,7 +56,7 @@ async def test_a_command_past_its_timeout_is_killed_with_its_children(root):
 
 @pytest.mark.anyio
 async def test_background_children_do_not_outlive_a_finished_command(root):
-    result = await run_process(["bash", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"], root, sandbox_env(root.parent), 10, 1000)
+    result = await run_process(["bash", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"], root, ENV, 10, 1000)
     assert result.exit_code == 0 and not result.timed_out
     assert not process_alive(int(result.output))
 
@@ -59,7 +64,7 @@ async def test_background_children_do_not_outlive_a_finished_command(root):
 @pytest.mark.anyio
 async def test_output_past_the_cap_is_dropped_and_flagged(root):
     code = "import sys; sys.stdout.write('x' * 200000); sys.stderr.write('done')"
-    result = await run_process([sys.executable, "-c", code], root, sandbox_env(root.parent), 10, 1000)
+    result = await run_process([sys.executable, "-c", code], root, ENV, 10, 1000)
     assert result.exit_code == 0
     assert result.output == "x" * 1000
     assert result.truncated
@@ -67,7 +72,7 @@ async def test_output_past_the_cap_is_dropped_and_flagged(root):
 
 @pytest.mark.anyio
 async def test_stdout_and_stderr_are_kept_together_and_stdin_is_fed(root):
-    result = await run_process(["sh", "-c", "cat; echo oops >&2; exit 3"], root, sandbox_env(root.parent), 10, 1000, stdin=b"hello\n")
+    result = await run_process(["sh", "-c", "cat; echo oops >&2; exit 3"], root, ENV, 10, 1000, stdin=b"hello\n")
     assert result.exit_code == 3
     assert result.output == "hello\noops\n"
     assert not result.truncated and not result.timed_out
@@ -85,3 +90,12 @@ def process_alive(pid: int) -> bool:
             return False
         time.sleep(0.05)
     return os.path.exists(f"/proc/{pid}")
+
+
+def test_stdin_that_the_process_never_reads_is_dropped_under_uvloop(root):
+    async def feed_a_process_that_exits_at_once() -> list[ProcessResult]:
+        return [await run_process(["sh", "-c", "exit 4"], root, ENV, 10, 1000, stdin=b"x" * 1_000_000) for _ in range(20)]
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        results = runner.run(feed_a_process_that_exits_at_once())
+    assert all(result.exit_code == 4 for result in results)

@@ -6,6 +6,12 @@ from starlette.testclient import TestClient
 
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerReply
+from nemo_gym.openai_utils import (
+    NeMoGymResponseCreateParamsNonStreaming,
+    NeMoGymResponseOutputMessage,
+    NeMoGymResponseOutputText,
+    new_response,
+)
 from responses_api_agents.legacy_agent.app import LegacyAgent
 
 ROW = {"responses_create_params": {"input": "Add 1, then add 2."}, "initial_count": 0, "expected_count": 3, "note": None}
@@ -57,12 +63,28 @@ def test_the_downstream_cookies_come_back_to_the_caller():
     assert reply.cookies["agent_session"] == "minted-by-agent"
 
 
+DOWNSTREAM_RESPONSE = new_response(
+    NeMoGymResponseCreateParamsNonStreaming(input="hi"),
+    model="m",
+    output=[NeMoGymResponseOutputMessage(content=[NeMoGymResponseOutputText(text="hello")])],
+).model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
 def test_responses_are_relayed_too():
-    client, downstream = relay_client(ServerReply(200, {"output": []}, {"agent_session": "s"}, ""))
+    client, downstream = relay_client(ServerReply(200, DOWNSTREAM_RESPONSE, {"agent_session": "s"}, ""))
     client.cookies.set("agent_session", "s")
     reply = client.post("/v1/responses", json={"input": "hi"})
-    assert reply.json() == {"output": []}
+    assert reply.json() == DOWNSTREAM_RESPONSE
     assert downstream.calls[0]["path"] == "/v1/responses" and downstream.calls[0]["cookies"]["agent_session"] == "s"
+    assert reply.cookies["agent_session"] == "s"
+
+
+def test_a_streaming_request_goes_down_plain_and_comes_back_as_events():
+    client, downstream = relay_client(ServerReply(200, DOWNSTREAM_RESPONSE, {}, ""))
+    reply = client.post("/v1/responses", json={"input": "hi", "stream": True})
+    assert reply.headers["content-type"].startswith("text/event-stream")
+    assert "event: response.completed" in reply.text
+    assert downstream.calls[0]["json"] == {"input": "hi"}
 
 
 def test_a_lost_session_downstream_stays_a_410():

@@ -4,7 +4,12 @@ from starlette.testclient import TestClient
 
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerReply
-from nemo_gym.openai_types import Response, ResponseOutputMessage, ResponseOutputText
+from nemo_gym.openai_utils import (
+    NeMoGymResponseCreateParamsNonStreaming,
+    NeMoGymResponseOutputMessage,
+    NeMoGymResponseOutputText,
+    new_response,
+)
 from responses_api_agents.memory_agent.app import MemoryAgent
 
 
@@ -18,8 +23,9 @@ class Model:
     async def post(self, server_name, path, json=None, cookies=None, timeout=None) -> ServerReply:
         assert (server_name, path) == ("policy_model", "/v1/responses")
         self.inputs.append(json["input"])
-        message = ResponseOutputMessage(content=[ResponseOutputText(text=f"reply {len(self.inputs)}")])
-        body = Response(output=[message]).model_dump() if self.status == 200 else {"detail": "backend down"}
+        message = NeMoGymResponseOutputMessage(content=[NeMoGymResponseOutputText(text=f"reply {len(self.inputs)}")])
+        response = new_response(NeMoGymResponseCreateParamsNonStreaming.model_validate(json), output=[message])
+        body = response.model_dump(mode="json") if self.status == 200 else {"detail": "backend down"}
         return ServerReply(self.status, body, {}, str(body))
 
     async def close(self) -> None:

@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
 from nemo_gym.config import free_port
-from nemo_gym.openai_types import ResponseFunctionToolCall
+from nemo_gym.openai_utils import NeMoGymResponseFunctionToolCall
 from resources_servers.example_session_state_mgmt.app import CounterServer
 from responses_api_agents.simple_agent.app import SimpleAgent
 from responses_api_models.scripted_backend.app import ScriptedBackend
@@ -54,7 +54,8 @@ def chat_backend(script: Script) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> dict:
         message = script((await request.json())["messages"])
-        return {"id": "chatcmpl-test", "object": "chat.completion", "model": "test", "choices": [{"index": 0, "message": message}]}
+        choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}
+        return {"id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": "test", "choices": [choice]}
 
     return app
 
@@ -99,7 +100,7 @@ def agent_for_unit_tests() -> SimpleAgent:
 
 @pytest.mark.anyio
 async def test_a_tool_call_with_unparsable_arguments_becomes_an_error_output():
-    call = ResponseFunctionToolCall(call_id="call_1", name="increment_counter", arguments='{"count": 1')
+    call = NeMoGymResponseFunctionToolCall(call_id="call_1", name="increment_counter", arguments='{"count": 1')
     output = await agent_for_unit_tests().call_tool(call, {})
     assert output.call_id == "call_1"
     assert output.output.startswith("Error: arguments are not valid JSON")
@@ -107,7 +108,7 @@ async def test_a_tool_call_with_unparsable_arguments_becomes_an_error_output():
 
 @pytest.mark.anyio
 async def test_a_tool_call_whose_arguments_are_not_an_object_becomes_an_error_output():
-    call = ResponseFunctionToolCall(call_id="call_1", name="increment_counter", arguments="[1, 2]")
+    call = NeMoGymResponseFunctionToolCall(call_id="call_1", name="increment_counter", arguments="[1, 2]")
     output = await agent_for_unit_tests().call_tool(call, {})
     assert output.output == "Error: arguments must be a JSON object"
 

@@ -1,4 +1,4 @@
-"""vllm_model: Responses API <-> chat completions, and a clear 502/504 for a backend that fails."""
+"""vllm_model: its config, and a clear 502/504 for a backend that fails."""
 
 from __future__ import annotations
 
@@ -13,13 +13,7 @@ from fastapi.responses import JSONResponse, Response as RawResponse
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
 from nemo_gym.config import ConfigError, Instance, free_port
-from nemo_gym.openai_types import (
-    FunctionCallOutput,
-    ResponseCreateParams,
-    ResponseFunctionToolCall,
-    ResponseOutputMessage,
-)
-from responses_api_models.vllm_model.app import BackendError, VLLMModel, from_chat_response, to_chat_request
+from responses_api_models.vllm_model.app import VLLMModel
 from tests.unit_tests.in_process_server import serving
 
 MODEL = "policy"
@@ -32,160 +26,15 @@ TOOL = {
 }
 
 
-def completion(message: dict) -> dict:
+def completion(message: dict, finish_reason: str = "stop", usage: dict | None = None) -> dict:
     return {
         "id": "chatcmpl-1",
         "object": "chat.completion",
+        "created": 0,
         "model": "served-model",
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": usage or {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
     }
-
-
-# --- translation -----------------------------------------------------------------------------------
-
-
-def test_instructions_become_a_system_message_and_string_input_a_user_message():
-    request = to_chat_request(ResponseCreateParams(input="Add 1.", instructions="Use the tools."), "m")
-    assert request == {
-        "model": "m",
-        "messages": [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": "Add 1."}],
-    }
-
-
-def test_input_messages_keep_their_roles_and_text():
-    body = ResponseCreateParams.model_validate(
-        {
-            "input": [
-                {"role": "developer", "content": "Be brief."},
-                {"role": "user", "content": [{"type": "input_text", "text": "Add "}, {"type": "input_text", "text": "1."}]},
-                {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Sure."}]},
-            ]
-        }
-    )
-    assert to_chat_request(body, "m")["messages"] == [
-        {"role": "developer", "content": "Be brief."},
-        {"role": "user", "content": "Add 1."},
-        {"role": "assistant", "content": "Sure."},
-    ]
-
-
-def test_function_calls_and_outputs_become_tool_calls_and_tool_messages():
-    body = ResponseCreateParams.model_validate(
-        {
-            "input": [
-                {"role": "user", "content": "Add 1 then 2."},
-                {"type": "function_call", "call_id": "call_a", "name": "increment_counter", "arguments": '{"count": 1}'},
-                {"type": "function_call_output", "call_id": "call_a", "output": '{"success": true}'},
-            ]
-        }
-    )
-    assert to_chat_request(body, "m")["messages"][1:] == [
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "call_a", "type": "function", "function": {"name": "increment_counter", "arguments": '{"count": 1}'}}
-            ],
-        },
-        {"role": "tool", "tool_call_id": "call_a", "content": '{"success": true}'},
-    ]
-
-
-def test_consecutive_function_calls_merge_into_one_assistant_message():
-    body = ResponseCreateParams(
-        input=[
-            ResponseOutputMessage.model_validate({"content": [{"text": "Two calls:"}]}),
-            ResponseFunctionToolCall(call_id="call_a", name="increment_counter", arguments='{"count": 1}'),
-            ResponseFunctionToolCall(call_id="call_b", name="increment_counter", arguments='{"count": 2}'),
-            FunctionCallOutput(call_id="call_a", output="ok a"),
-            FunctionCallOutput(call_id="call_b", output="ok b"),
-        ]
-    )
-    messages = to_chat_request(body, "m")["messages"]
-    assert [message["role"] for message in messages] == ["assistant", "tool", "tool"]
-    assert messages[0]["content"] == "Two calls:"
-    assert [call["id"] for call in messages[0]["tool_calls"]] == ["call_a", "call_b"]
-    assert [(message["tool_call_id"], message["content"]) for message in messages[1:]] == [("call_a", "ok a"), ("call_b", "ok b")]
-
-
-def test_tools_and_sampling_options_translate_to_chat_completions_fields():
-    body = ResponseCreateParams.model_validate(
-        {
-            "input": "hi",
-            "model": "asked-for",
-            "tools": [TOOL],
-            "tool_choice": "required",
-            "parallel_tool_calls": False,
-            "temperature": 0.2,
-            "top_p": 0.9,
-            "max_output_tokens": 64,
-        }
-    )
-    request = to_chat_request(body, "configured")
-    assert request["tools"] == [
-        {
-            "type": "function",
-            "function": {
-                "name": "increment_counter",
-                "description": "Add `count` to the counter.",
-                "parameters": TOOL["parameters"],
-                "strict": True,
-            },
-        }
-    ]
-    assert {key: request[key] for key in ("model", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "max_tokens")} == {
-        "model": "asked-for",
-        "tool_choice": "required",
-        "parallel_tool_calls": False,
-        "temperature": 0.2,
-        "top_p": 0.9,
-        "max_tokens": 64,
-    }
-
-
-def test_a_completion_message_becomes_an_output_message():
-    response = from_chat_response(completion({"role": "assistant", "content": "The count is 3."}), "m")
-    [message] = response.output
-    assert isinstance(message, ResponseOutputMessage)
-    assert response.output_text == "The count is 3."
-    assert response.model == "served-model"
-    assert response.usage == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
-
-
-def test_completion_tool_calls_become_function_calls_after_any_text():
-    calls = [
-        {"id": "call_a", "type": "function", "function": {"name": "increment_counter", "arguments": '{"count": 1}'}},
-        {"id": "call_b", "type": "function", "function": {"name": "get_counter_value", "arguments": "{}"}},
-    ]
-    response = from_chat_response(completion({"role": "assistant", "content": "Calling.", "tool_calls": calls}), "m")
-    message, first, second = response.output
-    assert isinstance(message, ResponseOutputMessage) and message.text == "Calling."
-    assert (first.call_id, first.name, first.arguments) == ("call_a", "increment_counter", '{"count": 1}')
-    assert (second.call_id, second.name, second.arguments) == ("call_b", "get_counter_value", "{}")
-
-
-def test_a_conversation_survives_the_round_trip_through_chat_completions():
-    """What the model answered, sent back as input, is the assistant turn the backend produced."""
-    calls = [{"id": "call_a", "type": "function", "function": {"name": "increment_counter", "arguments": '{"count": 1}'}}]
-    response = from_chat_response(completion({"role": "assistant", "content": None, "tool_calls": calls}), "m")
-    body = ResponseCreateParams(input=[*response.output, FunctionCallOutput(call_id="call_a", output="ok")])
-    assert to_chat_request(body, "m")["messages"] == [
-        {"role": "assistant", "content": None, "tool_calls": calls},
-        {"role": "tool", "tool_call_id": "call_a", "content": "ok"},
-    ]
-
-
-@pytest.mark.parametrize(
-    "data",
-    [{"error": "overloaded"}, {"choices": []}, {"choices": [{"message": "text"}]}, ["not", "an", "object"], None],
-)
-def test_anything_but_a_chat_completion_is_a_backend_error(data):
-    with pytest.raises(BackendError, match="not a chat completion"):
-        from_chat_response(data, "m")
-
-
-# --- config ----------------------------------------------------------------------------------------
 
 
 def model_config(**settings) -> dict:
@@ -212,9 +61,6 @@ def test_a_config_with_both_base_url_and_backend_server_is_refused_naming_the_ke
     instances = gym_config.parse(data, {MODEL: "policy.yaml"})
     with pytest.raises(ConfigError, match="^policy.yaml: policy.responses_api_models.vllm_model.backend_server: "):
         gym_config.check_settings(instances)
-
-
-# --- a real model server in front of backends that misbehave ---------------------------------------
 
 
 @contextlib.asynccontextmanager

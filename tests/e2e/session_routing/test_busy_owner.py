@@ -18,7 +18,7 @@ import aiohttp
 from nemo_gym.client import cookie_header
 from nemo_gym.routing.liveness import live_workers
 from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
-from scripts.bench_routing import Spawned, bench_server, owner_of, server_env, write_config
+from scripts.bench_routing import VERIFY_BODY, Spawned, bench_server, owner_of, server_env, write_config
 
 INSTANCE = "busy"
 QUEUED = 3000
@@ -59,8 +59,7 @@ async def block_and_queue(url: str) -> list[object]:
         sessions = await asyncio.gather(*(seed(http, url) for _ in range(40)))
         owner = owner_of(sessions[0], INSTANCE)
         of_owner = [cookies for cookies in sessions if owner_of(cookies, INSTANCE) == owner]
-        verify = {"responses_create_params": {"input": "x"}, "response": {}}
-        blocker = asyncio.ensure_future(http.post(url + "/verify", json=verify, headers={"Cookie": cookie_header(of_owner[0])}))
+        blocker = asyncio.ensure_future(http.post(url + "/verify", json=VERIFY_BODY, headers={"Cookie": cookie_header(of_owner[0])}))
         await asyncio.sleep(0.5)  # the owner is now burning CPU in /verify, its event loop held
 
         async def queued(number: int) -> object:
@@ -73,7 +72,9 @@ async def block_and_queue(url: str) -> list[object]:
                 return reply.status if served_by == owner else f"{reply.status} from a worker that is not the owner"
 
         statuses = await asyncio.gather(*(queued(number) for number in range(QUEUED)))
-        (await blocker).release()
+        blocked = await blocker
+        blocked.release()
+        assert blocked.status == 200  # the owner did burn its CPU in /verify
         return statuses
 
 

@@ -11,10 +11,11 @@ from pathlib import Path
 import aiohttp
 
 from nemo_gym.client import ServerClient
+from nemo_gym.openai_utils import new_response
 from nemo_gym.presets import agent_name, environment_trio
 from nemo_gym.rollouts import run_episodes
 from nemo_gym.routing.worker import OWNER_KEY
-from nemo_gym.sessions import session_secret
+from nemo_gym.signing_secret import session_secret
 from resources_servers.example_session_state_mgmt.episodes import plus_one_plus_two
 from tests.unit_tests.routing_workers import session_of
 
@@ -22,9 +23,9 @@ COUNTER = "example_session_state_mgmt"
 EPISODES = 200
 
 
-def trio(num_workers: int, route_sessions: bool = True) -> dict:
+def trio(num_workers: int, route_sessions: bool = True, durable_sessions: bool = True) -> dict:
     config = environment_trio(COUNTER, num_workers)
-    config[COUNTER]["resources_servers"][COUNTER]["route_sessions"] = route_sessions
+    config[COUNTER]["resources_servers"][COUNTER].update(route_sessions=route_sessions, durable_sessions=durable_sessions)
     return config
 
 
@@ -64,7 +65,7 @@ async def seed_all(url: str) -> list[dict[str, str]]:
 async def verify_all(client: ServerClient, cookies: list[dict[str, str]]) -> list:
     async def verify(start: int, jar: dict[str, str]):
         await asyncio.sleep(0.05)  # think time, so requests spread over connections and workers
-        body = {"responses_create_params": {"input": "x"}, "response": {}, "expected_count": start}
+        body = {"responses_create_params": {"input": "x"}, "response": new_response().model_dump(mode="json"), "expected_count": start}
         reply = await client.post(COUNTER, "/verify", json=body, cookies=jar)
         return reply.status, reply.body
 
@@ -103,8 +104,8 @@ def worker_pid_of_owner(supervisor_pid: int, owner: str) -> int:
     raise LookupError(f"no worker serves {owner}")
 
 
-def test_killed_worker_sessions_get_410_and_the_others_still_score(start_servers):
-    launcher = start_servers(trio(4))
+def test_without_durable_state_killed_worker_sessions_get_410_and_the_others_still_score(start_servers):
+    launcher = start_servers(trio(4, durable_sessions=False))
 
     cookies = asyncio.run(seed_all(launcher.instances[COUNTER].url))
     owner_of = owners(cookies)

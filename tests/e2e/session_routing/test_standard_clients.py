@@ -8,19 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections import Counter
+
+import aiohttp
 
 import httpx
 import pytest
 from openai import AsyncOpenAI
 
-from nemo_gym import config as gym_config
-from nemo_gym.launcher import Launcher
+from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.signing_secret import session_secret
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes
 from tests.e2e.test_memory_agent_one_worker import AGENT, CONVERSATIONS, memory_stack
+from tests.unit_tests.routing_workers import session_of
 
 COUNTER = "example_session_state_mgmt"
 EPISODES = 200
+SPREAD_SESSIONS = 800
 WORKERS = (4, 8)
 
 
@@ -28,18 +32,10 @@ def counter_name(workers: int) -> str:
     return f"counter_{workers}"
 
 
-def started(config: dict) -> Iterator[Launcher]:
-    launcher = Launcher(gym_config.parse(config), gym_config.free_port())
-    launcher.start(timeout=120)
-    try:
-        yield launcher
-    finally:
-        launcher.stop()
-
-
 @pytest.fixture(scope="module")
-def counters():
-    yield from (launcher.instances for launcher in started({counter_name(n): {"resources_servers": {COUNTER: {"num_workers": n}}} for n in WORKERS}))
+def counters(start_module_servers):
+    config = {counter_name(n): {"resources_servers": {COUNTER: {"num_workers": n}}} for n in WORKERS}
+    return start_module_servers(config, timeout=120).instances
 
 
 @pytest.mark.parametrize("connections", ["fresh", "keep_alive"])
@@ -52,9 +48,31 @@ def test_every_episode_of_every_standard_client_keeps_its_count(counters, client
     assert sum(result["reward"] == 1.0 for result in results) == EPISODES, errors[:3]
 
 
+@pytest.mark.parametrize("workers", WORKERS)
+def test_new_sessions_spread_over_the_workers_within_ten_percent_of_the_mean(counters, workers):
+    """Sessions live where placement puts them, not where the kernel's uneven accept happens to land."""
+    name = counter_name(workers)
+
+    async def seed_all() -> list[dict[str, str]]:
+        connector = aiohttp.TCPConnector(force_close=True, limit=0)
+        async with aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar()) as http:
+
+            async def seed(start: int) -> dict[str, str]:
+                async with http.post(counters[name].url + "/seed_session", json={"initial_count": start}) as reply:
+                    assert reply.status == 200
+                    return {key: morsel.value for key, morsel in reply.cookies.items()}
+
+            return await asyncio.gather(*(seed(start) for start in range(SPREAD_SESSIONS)))
+
+    secret = session_secret(name)
+    owners = Counter(session_of(secret, cookies[f"{name}_session"])[OWNER_KEY] for cookies in asyncio.run(seed_all()))
+    mean = SPREAD_SESSIONS / workers
+    assert len(owners) == workers and all(abs(count - mean) <= 0.1 * mean for count in owners.values()), owners
+
+
 @pytest.fixture(scope="module")
-def memory_agent():
-    yield from (launcher.instances[AGENT] for launcher in started(memory_stack()))
+def memory_agent(start_module_servers):
+    return start_module_servers(memory_stack(), timeout=120).instances[AGENT]
 
 
 async def openai_conversation(url: str, number: int) -> bool:

@@ -1,0 +1,44 @@
+"""``gym sessions export|restore``: every durable session of an instance, to one file and back."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from nemo_gym.durable.store import SessionStore, store_path
+from nemo_gym.durable.transfer import export_sessions, restore_sessions
+
+
+def export(args: argparse.Namespace) -> int:
+    path = store_path(args.instance)
+    if not path.exists():
+        raise ValueError(f"instance {args.instance!r} has no session store at {path}")
+    store = SessionStore(path)
+    try:
+        count = export_sessions(store, args.instance, Path(args.output))
+    finally:
+        store.close()
+    print(f"exported {count} sessions of {args.instance} to {args.output}")
+    return 0
+
+
+def restore(args: argparse.Namespace) -> int:
+    store = SessionStore(store_path(args.instance))
+    try:
+        count = restore_sessions(store, args.instance, Path(args.input))
+    finally:
+        store.close()
+    print(f"restored {count} sessions of {args.instance} from {args.input}; each goes to a live worker on its first request")
+    return 0
+
+
+def add_commands(groups: argparse._SubParsersAction) -> None:
+    parser = groups.add_parser("sessions", help="export or restore an instance's durable sessions").add_subparsers(dest="command", required=True)
+    out = parser.add_parser("export", help="write every durable session of an instance to one file")
+    out.add_argument("--instance", required=True, help="instance name (the store is in NEMO_GYM_STATE_DIR/sessions/)")
+    out.add_argument("--output", required=True, help="file to write")
+    out.set_defaults(handler=export)
+    back = parser.add_parser("restore", help="load a file from `gym sessions export` into an instance's store, all or nothing")
+    back.add_argument("--instance", required=True)
+    back.add_argument("--input", required=True, help="file written by `gym sessions export`")
+    back.set_defaults(handler=restore)

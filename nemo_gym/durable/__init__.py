@@ -1,0 +1,9 @@
+"""Durable sessions: per-session state that outlives the worker holding it, and a restart.
+
+- ``store``: the SQLite file (WAL) that every worker of an instance writes its sessions' state to.
+- ``states``: how a server declares its per-session state (``SessionStates``, or its own export/restore).
+- ``keeper``: one worker's side: write a session's state when it changed, take over a dead owner's.
+- ``write_through``: the middleware that writes each changed session before the reply starts.
+- ``adoption``: what the router does when a session's owner is dead: adopt it from the store, or 410.
+- ``transfer``: the file ``gym sessions export`` writes and ``gym sessions restore`` loads.
+"""

@@ -1,0 +1,166 @@
+"""The session store: one SQLite file per instance, in WAL mode, shared by the instance's workers.
+
+Each row is one session: its id, its owner worker, a revision that every write and every change of
+owner raises by one, the state as JSON, and when it expires. A worker writes only rows it owns; taking
+over a row is one compare-and-set on owner and revision, so of several workers racing, one wins.
+Writers take turns on an ``flock`` beside the file: the kernel wakes the next one as soon as the lock
+is free, where SQLite's own busy handler would sleep (and block the worker's event loop) for milliseconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from nemo_gym.signing_secret import state_dir
+
+# Starlette's SessionMiddleware default max_age: a row lives as long as the cookie naming it.
+SESSION_MAX_AGE_SECONDS = 14 * 24 * 3600
+PURGE_INTERVAL_SECONDS = 3600
+BUSY_TIMEOUT_MS = 10_000
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    session_id TEXT PRIMARY KEY,
+    owner TEXT,
+    revision INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    expires_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS sessions_by_expiry ON sessions (expires_at);
+"""
+
+
+def store_path(instance_name: str) -> Path:
+    return state_dir() / "sessions" / f"{instance_name}.sqlite3"
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    session_id: str
+    owner: str | None
+    revision: int
+    state: str
+    expires_at: float
+
+
+class SessionTaken(RuntimeError):
+    """A worker wrote a session another worker owns in the store."""
+
+
+class SessionConflict(ValueError):
+    """A restore names a session the store already holds."""
+
+
+class SessionStore:
+    """One worker's (or one command's) connection to an instance's store file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.write_lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        # One worker at a time sets the file up: switching to WAL needs the database to itself.
+        with self.writing():
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.executescript(SCHEMA)
+        # In WAL mode a commit survives the process being killed; only a power cut can lose the last ones.
+        self.db.execute("PRAGMA synchronous = NORMAL")
+        # A checkpoint leaves the log no longer than this, so the store's size follows its live rows.
+        self.db.execute("PRAGMA journal_size_limit = 262144")
+        self.next_purge = 0.0
+        self.purge_expired()
+
+    def read(self, session_id: str) -> StoredSession | None:
+        row = self.db.execute(
+            "SELECT session_id, owner, revision, state, expires_at FROM sessions WHERE session_id = ? AND expires_at > ?",
+            (session_id, time.time()),
+        ).fetchone()
+        return None if row is None else StoredSession(*row)
+
+    def write(self, session_id: str, owner: str | None, state: str) -> None:
+        """Insert or update the session's state; raises ``SessionTaken`` if another worker owns it."""
+        now = time.time()
+        with self.writing():
+            written = self.db.execute(
+                "INSERT INTO sessions (session_id, owner, revision, state, expires_at) VALUES (?, ?, 1, ?, ?) "
+                "ON CONFLICT (session_id) DO UPDATE SET revision = revision + 1, state = excluded.state, "
+                "expires_at = excluded.expires_at WHERE owner IS excluded.owner",
+                (session_id, owner, state, now + SESSION_MAX_AGE_SECONDS),
+            ).rowcount
+        if not written:
+            raise SessionTaken(f"session {session_id} belongs to another worker in the store {self.path}")
+        if now >= self.next_purge:
+            self.purge_expired()
+
+    def claim(self, session: StoredSession, new_owner: str | None) -> bool:
+        """Take the session over if it is still as read (same owner, same revision): one wins a race."""
+        with self.writing():
+            return bool(
+                self.db.execute(
+                    "UPDATE sessions SET owner = ?, revision = revision + 1 WHERE session_id = ? AND owner IS ? AND revision = ?",
+                    (new_owner, session.session_id, session.owner, session.revision),
+                ).rowcount
+            )
+
+    def delete(self, session_id: str) -> None:
+        with self.writing():
+            self.db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+
+    def purge_expired(self) -> None:
+        now = time.time()
+        with self.writing():
+            self.db.execute("DELETE FROM sessions WHERE expires_at <= ?", (now,))
+        self.next_purge = now + PURGE_INTERVAL_SECONDS
+
+    def all(self) -> list[StoredSession]:
+        """Every live session, read in one transaction, so the list is one moment of the store."""
+        rows = self.db.execute(
+            "SELECT session_id, owner, revision, state, expires_at FROM sessions WHERE expires_at > ? ORDER BY session_id",
+            (time.time(),),
+        ).fetchall()
+        return [StoredSession(*row) for row in rows]
+
+    def insert_all(self, sessions: list[StoredSession]) -> None:
+        """All or nothing: a session the store already holds raises ``SessionConflict`` and inserts none."""
+        with self.writing(), self.transaction():
+            for session in sessions:
+                try:
+                    self.db.execute(
+                        "INSERT INTO sessions (session_id, owner, revision, state, expires_at) VALUES (?, ?, ?, ?, ?)",
+                        (session.session_id, session.owner, session.revision, session.state, session.expires_at),
+                    )
+                except sqlite3.IntegrityError:
+                    raise SessionConflict(f"the store {self.path} already holds session {session.session_id}") from None
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        fcntl.flock(self.write_lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self.write_lock, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def size_bytes(self) -> int:
+        """The file and its write-ahead log, as they take space on disk now."""
+        return sum(os.path.getsize(p) for p in (self.path, f"{self.path}-wal") if os.path.exists(p))
+
+    def close(self) -> None:
+        self.db.close()
+        os.close(self.write_lock)

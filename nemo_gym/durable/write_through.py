@@ -1,0 +1,58 @@
+"""The middleware that writes each session's changed state to the store before its reply starts."""
+
+from __future__ import annotations
+
+from itsdangerous import URLSafeSerializer
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from nemo_gym import SESSION_ID_KEY
+from nemo_gym.durable.keeper import DurableSessions
+from nemo_gym.routing.owner import MCP_PATH, TOKEN_HEADER_KEY
+from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.session_token import read_token
+
+
+class WriteThrough:
+    """Sits inside SessionIdMiddleware, so the session id is known.
+
+    A request's sessions are its cookie's and, on ``/mcp``, its token's (a tool call runs with that
+    one). When the reply starts, each is written if its state changed, before the caller can see the
+    reply: nothing acknowledged is lost with the worker. A 2xx reply on one of ``end_paths`` ends the
+    cookie's session. A cookie that names another owner for a session this worker holds (it adopted
+    the session from a dead one) is stamped with this worker, so the reply's Set-Cookie names it.
+    """
+
+    def __init__(self, app: ASGIApp, sessions: DurableSessions, end_paths: frozenset[str], tokens: URLSafeSerializer) -> None:
+        self.app = app
+        self.sessions = sessions
+        self.end_paths = end_paths
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        session = scope["session"]
+        session_id = session[SESSION_ID_KEY]
+        if session.get(OWNER_KEY) != self.sessions.owner and self.sessions.holds(session_id):
+            session[OWNER_KEY] = self.sessions.owner
+        touched = [session_id, *self.token_session(scope)]
+        ends = scope["path"] in self.end_paths
+
+        async def send_after_writing(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                if ends and 200 <= message["status"] < 300:
+                    self.sessions.end(session_id)
+                for each in touched:
+                    self.sessions.save(each)
+            await send(message)
+
+        await self.app(scope, receive, send_after_writing)
+
+    def token_session(self, scope: Scope) -> list[str]:
+        """The session of the request's token (the first header, as the MCP endpoint reads it), on ``/mcp``."""
+        if scope["path"] != MCP_PATH and not scope["path"].startswith(MCP_PATH + "/"):
+            return []
+        token = next((value for name, value in scope["headers"] if name == TOKEN_HEADER_KEY), None)
+        payload = None if token is None else read_token(self.tokens, token.decode("latin-1"))
+        return [] if payload is None else [payload[SESSION_ID_KEY]]

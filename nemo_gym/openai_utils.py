@@ -1,0 +1,292 @@
+"""The OpenAI Responses and Chat Completions types the Gym's servers speak, built on the ``openai`` package's own.
+
+Replies subclass the SDK's models, so a reply that validates here validates as an
+``openai.types.responses.Response``. Items keep the SDK's rule of passing unknown keys through (token
+ids and other extras travel unchanged); the request body refuses unknown keys, so a typo is an error.
+"""
+
+from __future__ import annotations
+
+import time
+import typing
+import uuid
+from typing import Annotated, Any, Literal, Optional, Union
+
+from openai.types.chat import ChatCompletion, ChatCompletionMessage
+from openai.types.chat.chat_completion import Choice
+from openai.types.responses import (
+    EasyInputMessage,
+    Response,
+    ResponseFunctionToolCall,
+    ResponseIncludable,
+    ResponseInputFile,
+    ResponseInputImage,
+    ResponseInputItem,
+    ResponseInputText,
+    ResponseOutputItem,
+    ResponseOutputMessage,
+    ResponseOutputRefusal,
+    ResponseOutputText,
+    ResponsePrompt,
+    ResponseReasoningItem,
+    ResponseTextConfig,
+    ResponseUsage,
+    Tool,
+)
+from openai.types.responses.response import ToolChoice
+from openai.types.responses.response_function_tool_call_output_item import ResponseFunctionToolCallOutputItem
+from openai.types.shared import Reasoning
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class NeMoGymResponseInputImage(ResponseInputImage):
+    # The API takes an image without a detail level as "auto".
+    detail: Literal["low", "high", "auto", "original"] = "auto"
+
+
+NeMoGymResponseInputContent = Annotated[
+    Union[ResponseInputText, NeMoGymResponseInputImage, ResponseInputFile], Field(discriminator="type")
+]
+
+
+class NeMoGymEasyInputMessage(EasyInputMessage):
+    """A message given as input: ``{"role": "user", "content": "..."}`` or with a list of text, image and file parts."""
+
+    content: Union[str, list[NeMoGymResponseInputContent]]
+    type: Literal["message"] = "message"
+
+
+class NeMoGymResponseOutputText(ResponseOutputText):
+    annotations: list[Any] = Field(default_factory=list)
+    type: Literal["output_text"] = "output_text"
+
+
+class NeMoGymResponseOutputMessage(ResponseOutputMessage):
+    """An assistant message; as input (a past turn) it may come without id and status."""
+
+    id: str = Field(default_factory=lambda: new_id("msg"))
+    content: list[Annotated[Union[NeMoGymResponseOutputText, ResponseOutputRefusal], Field(discriminator="type")]]
+    role: Literal["assistant"] = "assistant"
+    status: ItemStatus = "completed"
+    type: Literal["message"] = "message"
+
+
+class NeMoGymResponseFunctionToolCall(ResponseFunctionToolCall):
+    """The model asks for a function to be called; ``arguments`` is a JSON string."""
+
+    type: Literal["function_call"] = "function_call"
+
+
+class NeMoGymFunctionCallOutput(ResponseFunctionToolCallOutputItem):
+    """The result of a function call. Agents give theirs an id and a status, as a reply's items need."""
+
+    call_id: str
+    id: Optional[str] = None
+    status: Optional[ItemStatus] = None
+    type: Literal["function_call_output"] = "function_call_output"
+
+
+class NeMoGymResponseReasoningItem(ResponseReasoningItem):
+    type: Literal["reasoning"] = "reasoning"
+
+
+def _field(item: Any, key: str) -> Any:
+    return item.get(key) if isinstance(item, dict) else getattr(item, key, None)
+
+
+def _literal_values(annotation: Any) -> set[str]:
+    if typing.get_origin(annotation) is Literal:
+        return set(typing.get_args(annotation))
+    return set().union(*(_literal_values(argument) for argument in typing.get_args(annotation)))
+
+
+def _item_types(sdk_union: Any) -> set[str]:
+    """The ``type`` names an SDK item union (``Annotated[Union[...], ...]``) knows."""
+    members = typing.get_args(typing.get_args(sdk_union)[0])
+    return set().union(*(_literal_values(member.model_fields["type"].annotation) for member in members))
+
+
+def _item_tagger(sdk_types: set[str], input_messages: bool) -> typing.Callable[[Any], str]:
+    """Which class an item is: its ``type``; among inputs, a message is past assistant output or a message given."""
+
+    def tag(item: Any) -> str:
+        kind = _field(item, "type")
+        if kind in (None, "message"):
+            content = _field(item, "content")
+            parts = content if isinstance(content, list) else []
+            said = _field(item, "role") == "assistant" and any(_field(part, "type") in ("output_text", "refusal") for part in parts)
+            return "message" if input_messages and not said else "output_message"
+        if kind in ("function_call", "function_call_output", "reasoning"):
+            return kind
+        return "other" if kind in sdk_types else "unknown"
+
+    return tag
+
+
+def _item_union(sdk_union: Any, input_messages: bool) -> Any:
+    members = [
+        Annotated[NeMoGymResponseOutputMessage, Tag("output_message")],
+        Annotated[NeMoGymResponseFunctionToolCall, Tag("function_call")],
+        Annotated[NeMoGymFunctionCallOutput, Tag("function_call_output")],
+        Annotated[NeMoGymResponseReasoningItem, Tag("reasoning")],
+        # Any other item (hosted tool calls, item references, ...) is validated by the SDK's own union.
+        Annotated[sdk_union, Tag("other")],
+    ]
+    if input_messages:
+        members.append(Annotated[NeMoGymEasyInputMessage, Tag("message")])
+    sdk_types = _item_types(sdk_union)
+    error = f"an item's type is one of the Responses API's: {', '.join(sorted(sdk_types))}"
+    tagger = _item_tagger(sdk_types, input_messages)
+    return Annotated[Union[tuple(members)], Discriminator(tagger, custom_error_type="item_type", custom_error_message=error)]
+
+
+NeMoGymResponseInputItem = _item_union(ResponseInputItem, input_messages=True)
+NeMoGymResponseOutputItem = _item_union(ResponseOutputItem, input_messages=False)
+# A string or a list of items; tagged, so that an error names the item (``input.items.3``), not the union.
+NeMoGymResponseInput = Annotated[
+    Union[Annotated[str, Tag("text")], Annotated[list[NeMoGymResponseInputItem], Tag("items")]],
+    Discriminator(lambda value: "text" if isinstance(value, str) else "items"),
+]
+
+
+class NeMoGymResponseCreateParamsNonStreaming(BaseModel):
+    """The body of ``POST /v1/responses``: every parameter of the SDK's ``responses.create``, and nothing else.
+
+    What a chat completions backend can use is passed on (see ``vllm_model``); the rest is accepted and
+    ignored, the way a stateless server has to (``store``, ``previous_response_id``, ``conversation``, ...).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: NeMoGymResponseInput
+    model: Optional[str] = None
+    instructions: Optional[str] = None
+    tools: list[Tool] = Field(default_factory=list)
+    tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool = True
+    max_output_tokens: Optional[int] = None
+    max_tool_calls: Optional[int] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    top_logprobs: Optional[int] = None
+    reasoning: Optional[Reasoning] = None
+    text: Optional[ResponseTextConfig] = None
+    truncation: Optional[Literal["auto", "disabled"]] = None
+    metadata: Optional[dict[str, str]] = None
+    user: Optional[str] = None
+    include: Optional[list[ResponseIncludable]] = None
+    store: Optional[bool] = None
+    background: Optional[bool] = None
+    previous_response_id: Optional[str] = None
+    prompt: Optional[ResponsePrompt] = None
+    service_tier: Optional[str] = None
+    stream: Optional[Literal[False]] = None
+    # Parameters about OpenAI's own hosting (conversations, caching, moderation, ...): accepted, ignored.
+    access_programs: Any = None
+    background_options: Any = None
+    context_management: Any = None
+    conversation: Any = None
+    image: Any = None
+    moderation: Any = None
+    prompt_cache_key: Optional[str] = None
+    prompt_cache_options: Any = None
+    prompt_cache_retention: Optional[str] = None
+    safety_identifier: Optional[str] = None
+    stream_options: Any = None
+
+    def input_items(self) -> list[Any]:
+        if isinstance(self.input, str):
+            return [NeMoGymEasyInputMessage(role="user", content=self.input)]
+        return list(self.input)
+
+
+class NeMoGymResponseCreateParams(NeMoGymResponseCreateParamsNonStreaming):
+    """The same body where ``stream: true`` is allowed too; the server then sends the finished response as events."""
+
+    stream: Optional[bool] = None
+
+    def non_streaming(self) -> NeMoGymResponseCreateParamsNonStreaming:
+        fields = self.model_fields_set - {"stream"}
+        return NeMoGymResponseCreateParamsNonStreaming.model_validate({name: getattr(self, name) for name in fields})
+
+
+class NeMoGymResponse(Response):
+    """A Responses API response object: an ``openai.types.responses.Response`` with the Gym's item classes."""
+
+    output: list[NeMoGymResponseOutputItem]
+
+
+# The request settings a response states back, as the API does.
+ECHOED_PARAMS = {
+    "instructions", "tools", "tool_choice", "parallel_tool_calls", "max_output_tokens", "max_tool_calls", "temperature",
+    "top_p", "top_logprobs", "reasoning", "text", "truncation", "metadata", "user", "background", "previous_response_id",
+    "prompt",
+}  # fmt: skip
+
+
+def new_response(params: Optional[NeMoGymResponseCreateParamsNonStreaming] = None, **fields: Any) -> NeMoGymResponse:
+    """A completed response (to ``params``, whose settings it states back) with a fresh id; ``fields`` fill in the rest."""
+    params = params or NeMoGymResponseCreateParamsNonStreaming(input="")
+    echoed = {name: getattr(params, name) for name in ECHOED_PARAMS if getattr(params, name) is not None}
+    defaults = {"id": new_id("resp"), "created_at": int(time.time()), "object": "response", "status": "completed"}
+    return NeMoGymResponse.model_validate({**defaults, "model": params.model or "", "output": [], **echoed, **fields})
+
+
+def response_usage(input_tokens: int, output_tokens: int, cached_tokens: int = 0, reasoning_tokens: int = 0) -> ResponseUsage:
+    return ResponseUsage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        total_tokens=input_tokens + output_tokens,
+        input_tokens_details={"cached_tokens": cached_tokens, "cache_write_tokens": 0},
+        output_tokens_details={"reasoning_tokens": reasoning_tokens},
+    )
+
+
+def accumulate_response_usage(total: Optional[ResponseUsage], step: Optional[ResponseUsage]) -> Optional[ResponseUsage]:
+    """The usage of several model calls together (an agent's loop); None when no call reported any."""
+    if total is None or step is None:
+        return total or step
+    return response_usage(
+        total.input_tokens + step.input_tokens,
+        total.output_tokens + step.output_tokens,
+        total.input_tokens_details.cached_tokens + step.input_tokens_details.cached_tokens,
+        total.output_tokens_details.reasoning_tokens + step.output_tokens_details.reasoning_tokens,
+    )
+
+
+class NeMoGymChatCompletionMessage(ChatCompletionMessage):
+    # vLLM's reasoning parsers put the model's thinking here.
+    reasoning_content: Optional[str] = None
+
+
+class NeMoGymChoice(Choice):
+    message: NeMoGymChatCompletionMessage
+
+
+class NeMoGymChatCompletion(ChatCompletion):
+    choices: list[NeMoGymChoice]
+
+
+class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
+    """The body of ``POST /v1/chat/completions``; backends (vLLM) take keys of their own, so extras pass."""
+
+    model_config = ConfigDict(extra="allow")
+
+    messages: list[dict[str, Any]]
+    model: str
+    tools: Optional[list[dict[str, Any]]] = None
+    tool_choice: Union[str, dict[str, Any], None] = None
+    parallel_tool_calls: Optional[bool] = None
+    temperature: Optional[float] = None
+    top_p: Optional[float] = None
+    max_tokens: Optional[int] = None
+    reasoning_effort: Optional[str] = None
+    response_format: Optional[dict[str, Any]] = None
+    user: Optional[str] = None
+    stream: Optional[Literal[False]] = None

@@ -1,0 +1,100 @@
+"""The signing secret: made once per instance, atomically; an empty, short or unreadable one is refused."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+
+from nemo_gym import config as gym_config
+from nemo_gym.config import ConfigError
+from nemo_gym.launcher import LaunchError, Launcher
+from nemo_gym.signing_secret import MIN_SECRET_BYTES, SecretError, session_secret
+
+RACERS = 12
+RACES = 10
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEMO_GYM_STATE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_a_new_instance_gets_a_0600_secret_kept_across_calls(state):
+    secret = session_secret("fresh")
+    path = state / "secrets" / "fresh"
+    assert len(secret.encode()) >= MIN_SECRET_BYTES
+    assert path.read_text() == secret
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert session_secret("fresh") == secret
+    assert [entry.name for entry in path.parent.iterdir()] == ["fresh"]
+
+
+@pytest.mark.parametrize("contents", ["", "\n", "too-short-a-secret"])
+def test_an_empty_or_short_secret_file_is_an_error_naming_the_file(state, contents):
+    path = state / "secrets" / "blank"
+    path.parent.mkdir()
+    path.write_text(contents)
+    with pytest.raises(SecretError, match=f"the session secret file {path} is {len(contents.strip())} bytes long"):
+        session_secret("blank")
+    assert path.read_text() == contents
+
+
+def test_an_unreadable_secret_file_is_an_error_naming_the_file(state):
+    path = state / "secrets" / "unreadable"
+    path.mkdir(parents=True)
+    with pytest.raises(SecretError, match=f"cannot read the session secret file {path}"):
+        session_secret("unreadable")
+
+
+def test_a_configured_secret_shorter_than_32_bytes_is_an_error():
+    with pytest.raises(SecretError, match="the configured session_secret is 31 bytes long"):
+        session_secret("configured", "x" * 31)
+    assert session_secret("configured", "x" * 32) == "x" * 32
+
+
+def test_a_configured_secret_shorter_than_32_bytes_is_a_config_error_naming_the_key(tmp_path):
+    path = tmp_path / "short.yaml"
+    path.write_text("counter:\n  resources_servers:\n    example_session_state_mgmt:\n      session_secret: hunter2\n")
+    with pytest.raises(ConfigError, match=r"short.yaml: counter\.resources_servers\.example_session_state_mgmt\.session_secret: .*7 bytes long"):
+        gym_config.load([path])
+
+
+def race(state_dir: str, barrier, results) -> None:
+    os.environ["NEMO_GYM_STATE_DIR"] = state_dir
+    barrier.wait()
+    try:
+        results.put(session_secret("raced"))
+    except Exception as error:  # noqa: BLE001 - the racer reports whatever went wrong
+        results.put(repr(error))
+
+
+def test_processes_that_make_the_secret_at_once_all_read_the_same_whole_secret(tmp_path):
+    context = multiprocessing.get_context("fork")
+    for attempt in range(RACES):
+        state_dir = tmp_path / str(attempt)
+        barrier, results = context.Barrier(RACERS), context.Queue()
+        racers = [context.Process(target=race, args=(str(state_dir), barrier, results)) for _ in range(RACERS)]
+        for racer in racers:
+            racer.start()
+        secrets = [results.get(timeout=60) for _ in racers]
+        for racer in racers:
+            racer.join(timeout=60)
+        assert len(set(secrets)) == 1, secrets
+        assert secrets[0] == (state_dir / "secrets" / "raced").read_text()
+        assert len(secrets[0].encode()) >= MIN_SECRET_BYTES
+        assert [entry.name for entry in (state_dir / "secrets").iterdir()] == ["raced"]
+
+
+def test_a_server_with_a_blank_secret_file_refuses_to_start_naming_the_file(tmp_path):
+    path = tmp_path / "secrets" / "counter"
+    path.parent.mkdir()
+    path.write_text("")
+    instances = gym_config.parse({"counter": {"resources_servers": {"example_session_state_mgmt": {}}}})
+    launcher = Launcher(instances, gym_config.free_port(), {"NEMO_GYM_STATE_DIR": str(tmp_path)})
+    with pytest.raises(LaunchError) as error:
+        launcher.start(timeout=60)
+    assert f"server 'counter' cannot start: the session secret file {path} is 0 bytes long" in str(error.value)
+    assert path.read_text() == ""
