@@ -2,6 +2,7 @@
 holds for each server with the ones that server's last reply set."""
 
 import json
+import uuid
 from typing import Any, Dict, List
 
 from fastapi import Request, Response
@@ -10,6 +11,7 @@ from pydantic import ConfigDict
 from nemo_gym.base_resources_server import AggregateMetrics, AggregateMetricsRequest, BaseRunRequest
 from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, Body, SimpleResponsesAPIAgent
 from nemo_gym.config_types import ModelServerRef, ResourcesServerRef
+from nemo_gym.openai_utils import NeMoGymFunctionCallOutput, NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import get_response_json, raise_for_status
 
 
@@ -26,17 +28,20 @@ class UpstreamAgentRunRequest(BaseRunRequest):
 class UpstreamAgent(SimpleResponsesAPIAgent):
     config: UpstreamAgentConfig
 
-    async def responses(self, request: Request, response: Response, body: Dict[str, Any] = Body()) -> Dict[str, Any]:
+    async def responses(
+        self, request: Request, response: Response, body: NeMoGymResponseCreateParamsNonStreaming = Body()
+    ) -> NeMoGymResponse:
         model_cookies = None
         resources_cookies = request.cookies
-        conversation: List[Any] = list(body["input"]) if isinstance(body["input"], list) else [{"role": "user", "content": body["input"]}]
+        request_json = body.model_dump(mode="json", exclude_unset=True)
+        conversation: List[Any] = [item if isinstance(item, dict) else item.model_dump(mode="json") for item in body.input_items()]
         new_outputs: List[Dict[str, Any]] = []
         model_json: Dict[str, Any] = {}
         for _ in range(self.config.max_steps):
             model_response = await self.server_client.post(
                 server_name=self.config.model_server.name,
                 url_path="/v1/responses",
-                json={**body, "input": conversation + new_outputs},
+                json={**request_json, "input": conversation + new_outputs},
                 cookies=model_cookies,
             )
             await raise_for_status(model_response)
@@ -54,12 +59,13 @@ class UpstreamAgent(SimpleResponsesAPIAgent):
                     cookies=resources_cookies,
                 )
                 resources_cookies = tool_response.cookies
-                new_outputs.append(
-                    {"type": "function_call_output", "call_id": call["call_id"], "output": (await tool_response.read()).decode()}
+                output = NeMoGymFunctionCallOutput(
+                    call_id=call["call_id"], output=(await tool_response.read()).decode(), id=f"fco_{uuid.uuid4().hex}", status="completed"
                 )
+                new_outputs.append(output.model_dump(mode="json"))
         for name, morsel in (*resources_cookies.items(), *(model_cookies or {}).items()):
             response.set_cookie(name, getattr(morsel, "value", morsel))
-        return {**model_json, "output": new_outputs}
+        return NeMoGymResponse.model_validate({**model_json, "output": new_outputs})
 
     async def run(self, request: Request, body: UpstreamAgentRunRequest) -> Dict[str, Any]:
         resources = self.config.resources_server.name

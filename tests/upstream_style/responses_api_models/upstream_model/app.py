@@ -9,6 +9,7 @@ from fastapi import Request
 
 from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, Body, SimpleResponsesAPIModel
 from nemo_gym.config_types import ModelServerRef
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.server_utils import SESSION_ID_KEY, get_response_json, is_nemo_gym_fastapi_entrypoint, raise_for_status
 
 
@@ -41,15 +42,14 @@ class UpstreamModel(SimpleResponsesAPIModel):
         self._sessions_seen: Dict[str, int] = {}
         return super().model_post_init(context)
 
-    async def responses(self, request: Request, body: Dict[str, Any] = Body()) -> Dict[str, Any]:
+    async def responses(self, request: Request, body: NeMoGymResponseCreateParamsNonStreaming = Body()) -> NeMoGymResponse:
         session_id = request.session[SESSION_ID_KEY]
         self._sessions_seen[session_id] = self._sessions_seen.get(session_id, 0) + 1
-        items = body["input"] if isinstance(body["input"], list) else [{"role": "user", "content": body["input"]}]
+        items = [item if isinstance(item, dict) else item.model_dump(mode="json") for item in body.input_items()]
+        tools = [tool.model_dump(mode="json", exclude_none=True) for tool in body.tools]
         chat_request = {"model": self.config.model, "messages": to_messages(items)}
-        if body.get("tools"):
-            chat_request["tools"] = [
-                {"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}} for tool in body["tools"]
-            ]
+        if tools:
+            chat_request["tools"] = [{"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}} for tool in tools]
         chat_response = await self.server_client.post(
             server_name=self.config.backend_server.name, url_path="/v1/chat/completions", json=chat_request
         )
@@ -69,7 +69,7 @@ class UpstreamModel(SimpleResponsesAPIModel):
         if message.get("content"):
             text = {"type": "output_text", "text": message["content"], "annotations": []}
             output.append({"type": "message", "id": f"msg_{uuid.uuid4().hex}", "role": "assistant", "status": "completed", "content": [text]})
-        return {
+        reply = {
             "id": f"resp_{uuid.uuid4().hex}",
             "object": "response",
             "created_at": int(time.time()),
@@ -78,9 +78,9 @@ class UpstreamModel(SimpleResponsesAPIModel):
             "output": output,
             "parallel_tool_calls": True,
             "tool_choice": "auto",
-            "tools": body.get("tools") or [],
-            "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+            "tools": tools,
         }
+        return NeMoGymResponse.model_validate(reply)
 
 
 if __name__ == "__main__":
