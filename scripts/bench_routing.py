@@ -38,6 +38,7 @@ import time
 import urllib.request
 from base64 import b64decode
 from collections import Counter
+from http.cookies import SimpleCookie
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,12 +48,13 @@ import aiohttp
 from itsdangerous import TimestampSigner
 
 from nemo_gym import config as gym_config
-from nemo_gym.client import cookie_header
+from nemo_gym.client import ServerClient, cookie_header
 from nemo_gym.config import REPO_ROOT
+from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
 from nemo_gym.launcher import Launcher
 from nemo_gym.openai_utils import new_response
-from nemo_gym.routing.worker import OWNER_KEY, SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir, socket_path
-from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
+from nemo_gym.owner_pool import OwnerPool
+from nemo_gym.routing.worker import OWNER_KEY, SOCKET_DIR_ENV, WORKER_HEADER, make_socket_dir, remove_socket_dir, socket_path
 
 COUNTER = "example_session_state_mgmt"
 COUNTER_MODULE = f"resources_servers.{COUNTER}.app"
@@ -363,6 +365,55 @@ class EpisodeClient:
         await self.http.close()
 
 
+class GymEpisodeClient(EpisodeClient):
+    """Gym's own ``ServerClient``, whose owner pool sends a session's requests on a connection to its owner.
+
+    It lives as long as the benchmark (as an agent's client lives as long as the agent), and counts on
+    the wire, for every request that carries a session cookie, whether the owner's worker answered it.
+    """
+
+    def __init__(self, instances: dict[str, gym_config.Instance], name: str) -> None:
+        self.name = name
+        self.base = instances[name].url
+        self.cookie = f"{name}_session"
+        trace = aiohttp.TraceConfig()
+        trace.on_request_end.append(self.count_hit)
+        self.gym = ServerClient(instances)
+        self.gym.owner_pool = OwnerPool(timeout=REQUEST_TIMEOUT, trace_configs=[trace])
+        self.latencies: list[float] = []
+        self.seeded: list[dict[str, str]] = []
+        self.direct = self.hops = 0
+
+    async def count_hit(self, session: aiohttp.ClientSession, context: Any, params: aiohttp.TraceRequestEndParams) -> None:
+        cookies = {name: morsel.value for name, morsel in SimpleCookie(params.headers.get("Cookie", "")).items()}
+        if self.cookie not in cookies:
+            return
+        if params.response.headers.get(WORKER_HEADER) == owner_of(cookies, self.name):
+            self.direct += 1
+        else:
+            self.hops += 1
+
+    async def post(self, url: str, body: dict, cookies: dict[str, str]) -> dict:
+        started = time.perf_counter()
+        reply = await self.gym.post(self.name, url.removeprefix(self.base), json=body, cookies=cookies)
+        cookies.update(reply.cookies)
+        self.latencies.append(time.perf_counter() - started)
+        if reply.status != 200:
+            raise RequestFailed(f"{url}: HTTP {reply.status}: {reply.text[:200]!r}")
+        return reply.body
+
+    def take_counts(self) -> tuple[list[float], list[dict[str, str]], float | None]:
+        """What one run measured (its latencies, its seeds, its direct-hit share), and a fresh start for the next."""
+        counted = self.direct + self.hops
+        share = self.direct / counted if counted else None
+        measured = (self.latencies, self.seeded, share)
+        self.latencies, self.seeded, self.direct, self.hops = [], [], 0, 0
+        return measured
+
+    async def close(self) -> None:
+        await self.gym.close()
+
+
 VERIFY_BODY = {"responses_create_params": {"input": "x"}, "response": new_response().model_dump(mode="json")}
 
 Episode = Callable[[EpisodeClient, str], Awaitable[Any]]
@@ -395,6 +446,8 @@ class Run:
     latencies: list[float] = field(repr=False)
     first_error: str | None = None
     owners: Counter = field(default_factory=Counter, repr=False)
+    # Gym client only: the share of requests with a session that went straight to its owner.
+    direct_share: float | None = None
 
     @property
     def spread(self) -> float | None:
@@ -425,9 +478,14 @@ class Run:
 PATTERNS = ("loops", "tasks")
 
 
-async def drive(episode: Episode, url: str, episodes: int, concurrency: int, pattern: str = "loops") -> Run:
-    """``episodes`` episodes, ``concurrency`` at a time, over one pooled client made for this run."""
-    client = EpisodeClient(connections=concurrency) if pattern == "loops" else EpisodeClient(connector=aiohttp.TCPConnector())
+async def drive(episode: Episode, url: str, episodes: int, concurrency: int, pattern: str = "loops", gym: GymEpisodeClient | None = None) -> Run:
+    """``episodes`` episodes, ``concurrency`` at a time, over one pooled client made for this run (or ``gym``'s)."""
+    if gym is not None:
+        client: EpisodeClient = gym
+    elif pattern == "loops":
+        client = EpisodeClient(connections=concurrency)
+    else:
+        client = EpisodeClient(connector=aiohttp.TCPConnector())
     rewards: list[Any] = []
     errors: list[str] = []
 
@@ -458,24 +516,46 @@ async def drive(episode: Episode, url: str, episodes: int, concurrency: int, pat
                 await asyncio.gather(*(task() for _ in range(episodes)))
         seconds = time.perf_counter() - started
     finally:
-        await client.close()
+        if gym is None:
+            await client.close()
+    latencies, seeded, direct_share = gym.take_counts() if gym is not None else (client.latencies, client.seeded, None)
     good = sum(reward == 1.0 for reward in rewards)
-    owners = Counter(owner for owner in map(session_owner, client.seeded) if owner is not None)
-    return Run(episodes, good, len(errors), seconds, client.latencies, errors[0] if errors else None, owners)
+    owners = Counter(owner for owner in map(session_owner, seeded) if owner is not None)
+    return Run(episodes, good, len(errors), seconds, latencies, errors[0] if errors else None, owners, direct_share)
 
 
 async def alternate(
-    targets: dict[str, str], episode: Episode, args: argparse.Namespace, episodes: int, concurrency: int, pattern: str = "loops"
+    targets: dict[str, str],
+    episode: Episode,
+    args: argparse.Namespace,
+    episodes: int,
+    concurrency: int,
+    pattern: str = "loops",
+    gym_clients: dict[str, Callable[[], GymEpisodeClient]] | None = None,
 ) -> dict[str, list[Run]]:
-    """A warm-up per target, then ``args.runs`` rounds; each round visits every target, in a rotated order."""
+    """A warm-up per target, then ``args.runs`` rounds; each round visits every target, in a rotated order.
+
+    A target in ``gym_clients`` is driven by one Gym client made for the whole of it, warm-up included.
+    """
+    gyms = {name: make() for name, make in (gym_clients or {}).items()}
+    try:
+        return await alternate_runs(targets, episode, args, episodes, concurrency, pattern, gyms)
+    finally:
+        for gym in gyms.values():
+            await gym.close()
+
+
+async def alternate_runs(
+    targets: dict[str, str], episode: Episode, args: argparse.Namespace, episodes: int, concurrency: int, pattern: str, gyms: dict[str, GymEpisodeClient]
+) -> dict[str, list[Run]]:
     if args.warmup > 0:
-        for url in targets.values():
-            await drive(episode, url, min(args.warmup, episodes), concurrency, pattern)
+        for name, url in targets.items():
+            await drive(episode, url, min(args.warmup, episodes), concurrency, pattern, gyms.get(name))
     runs: dict[str, list[Run]] = {name: [] for name in targets}
     names = list(targets)
     for round_ in range(args.runs):
         for name in names[round_ % len(names):] + names[: round_ % len(names)]:
-            run = await drive(episode, targets[name], episodes, concurrency, pattern)
+            run = await drive(episode, targets[name], episodes, concurrency, pattern, gyms.get(name))
             runs[name].append(run)
             note = f", first error: {run.first_error}" if run.first_error else ""
             log(f"  {pattern} run {round_ + 1}/{args.runs} {name}: {run.good}/{run.total}, {run.per_second:.0f}/s{note}")
@@ -490,6 +570,7 @@ def log(message: str) -> None:
 
 ONE_WORKER = "1 worker"
 ROUTED = "4 workers, routed"
+ROUTED_GYM = "4 workers, routed, Gym client"
 UNROUTED = "4 workers, routing off"
 HAPROXY = "HAProxy + 4 x 1 worker"
 
@@ -554,7 +635,12 @@ def episodes_section(args: argparse.Namespace, log_dir: Path) -> dict:
             backends = [instances[f"counter_b{i}"].url for i in range(4)]
             haproxy = HAProxy(haproxy_binary, backends, gym_config.free_port(), log_dir)
             targets[HAPROXY] = haproxy.url
-        runs = {pattern: asyncio.run(alternate(targets, counter_episode, args, args.episodes, args.concurrency, pattern)) for pattern in args.patterns}
+        targets[ROUTED_GYM] = instances["counter_4w"].url
+        gym_clients = {ROUTED_GYM: lambda: GymEpisodeClient(instances, "counter_4w")}
+        runs = {
+            pattern: asyncio.run(alternate(targets, counter_episode, args, args.episodes, args.concurrency, pattern, gym_clients))
+            for pattern in args.patterns
+        }
         warnings = [REPLACED_WARNING.format(name) for name, pids in workers.items() if replaced(launcher.processes[name].pid, pids)]
     finally:
         if haproxy is not None:
@@ -565,7 +651,7 @@ def episodes_section(args: argparse.Namespace, log_dir: Path) -> dict:
 
 def episode_rows(runs: dict[str, list[Run]], args: argparse.Namespace) -> dict[str, Any]:
     rows: dict[str, Any] = {}
-    for name in (ONE_WORKER, ROUTED, UNROUTED, HAPROXY):
+    for name in (ONE_WORKER, ROUTED, ROUTED_GYM, UNROUTED, HAPROXY):
         if name not in runs:
             rows[name] = {"skipped": "haproxy not installed" if not args.no_haproxy else "--no-haproxy"}
             continue
@@ -579,6 +665,7 @@ def episode_rows(runs: dict[str, list[Run]], args: argparse.Namespace) -> dict[s
             "p50_ms": median([run.p50_ms for run in runs[name]]),
             "p99_ms": median([run.p99_ms for run in runs[name]]),
             "spread": max(spreads) if spreads else None,
+            "direct_share": median(shares) if (shares := [run.direct_share for run in runs[name] if run.direct_share is not None]) else None,
         }
     return rows
 
@@ -593,7 +680,7 @@ def episodes_table(result: dict, args: argparse.Namespace) -> str:
             if "skipped" in row:
                 reason = row["skipped"]
                 hint = f"; install: {HAPROXY_INSTALL}" if reason == "haproxy not installed" else ""
-                rows.append([name, f"skipped ({reason}{hint})", "", "", "", "", "", "", ""])
+                rows.append([name, f"skipped ({reason}{hint})", "", "", "", "", "", "", "", ""])
                 continue
             rows.append([
                 name,
@@ -603,13 +690,15 @@ def episodes_table(result: dict, args: argparse.Namespace) -> str:
                 fmt(row["p50_ms"], ".1f"),
                 fmt(row["p99_ms"], ".1f"),
                 "-" if row["spread"] is None else f"±{row['spread']:.0%}",
+                "-" if row["direct_share"] is None else f"{row['direct_share']:.1%}",
                 fmt(ratio(row["per_second"], haproxy), ".2f", "x"),
                 fmt(ratio(row["per_second"], one), ".2f", "x"),
             ])
-        header = ["configuration", "reward 1.0 / total", "errors", "episodes/s", "p50 ms", "p99 ms", "sessions/worker", "vs HAProxy", "vs 1 worker"]
+        header = ["configuration", "reward 1.0 / total", "errors", "episodes/s", "p50 ms", "p99 ms", "sessions/worker", "direct", "vs HAProxy", "vs 1 worker"]
         title = (
             f"1{'ab'[PATTERNS.index(pattern)]}. Counter episodes, {pattern} client: {args.episodes} per run at concurrency "
-            f"{args.concurrency}, medians of {args.runs} runs (sessions/worker: the owner furthest from the mean, worst run)"
+            f"{args.concurrency}, medians of {args.runs} runs (sessions/worker: the owner furthest from the mean, worst run; "
+            "direct: the Gym client's requests with a session that reached the owner's worker with no hop)"
         )
         tables.append(f"{title}\n{render_table(header, rows)}")
     return "\n\n".join(tables)
@@ -883,6 +972,11 @@ def targets(results: dict) -> list[tuple[str, str, str]]:
             checks.append(("tasks client, 4 workers routed: p99 <= HAProxy's", "met" if routed["p99_ms"] <= rows[HAPROXY]["p99_ms"] else "not met", p99))
             one = ratio(routed["per_second"], rows[ONE_WORKER]["per_second"])
             checks.append(("tasks client, 4 workers routed: throughput >= 1.0x one worker", "met" if one >= 1.0 else "not met", fmt(one, ".2f", "x")))
+        gym = rows.get(ROUTED_GYM, {})
+        if gym.get("direct_share") is not None:
+            unrouted = ratio(gym["per_second"], rows[UNROUTED]["per_second"])
+            checks.append((f"{pattern} client: Gym client's direct hits >= 95%", "met" if gym["direct_share"] >= 0.95 else "not met", f"{gym['direct_share']:.1%}"))
+            checks.append((f"{pattern} client: Gym client throughput >= 1.0x routing off", "met" if unrouted >= 1.0 else "not met", fmt(unrouted, ".2f", "x")))
         if routed["spread"] is not None:
             spread = f"±{routed['spread']:.0%}"
             checks.append((f"{pattern} client: sessions per worker within ±10% of the mean", "met" if routed["spread"] <= 0.1 else "not met", spread))

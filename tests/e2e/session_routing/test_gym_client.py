@@ -19,9 +19,10 @@ from starlette.requests import cookie_parser
 from nemo_gym import config as gym_config
 from nemo_gym.client import DEFAULT_TIMEOUT, ServerClient
 from nemo_gym.launcher import Launcher
+from nemo_gym.openai_utils import new_response
 from nemo_gym.owner_pool import OwnerPool
 from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER
-from nemo_gym.sessions import session_secret
+from nemo_gym.signing_secret import session_secret
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.unit_tests.routing_workers import session_of
 
@@ -32,6 +33,7 @@ CONCURRENCY = 200
 WARM_UP_EPISODES = 200
 MAX_WARM_UP_ROUNDS = 10
 MEASURED_EPISODES = 1000
+WHOLE_RESPONSE = new_response().model_dump(mode="json")
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +62,7 @@ async def episode(client: ServerClient, start: int) -> tuple[int, dict]:
         status, reply, cookies = await step(client, path, body, cookies)
         if status != 200:
             return status, reply
-    verify = {"responses_create_params": {"input": "x"}, "response": {}, "expected_count": start + 3}
+    verify = {"responses_create_params": {"input": "x"}, "response": WHOLE_RESPONSE, "expected_count": start + 3}
     status, reply, _ = await step(client, "/verify", verify, cookies)
     return status, reply
 
@@ -206,7 +208,7 @@ def test_gym_client_episodes_all_end_right_with_a_worker_sigkilled_mid_run(start
                 status, body, jar = await step(client, "/increment_counter", {"count": 2}, jar)
                 if status != 200:
                     return status, body
-                verify = {"responses_create_params": {"input": "x"}, "response": {}, "expected_count": start + 3}
+                verify = {"responses_create_params": {"input": "x"}, "response": WHOLE_RESPONSE, "expected_count": start + 3}
                 status, body, _ = await step(client, "/verify", verify, jar)
                 return status, body
 
