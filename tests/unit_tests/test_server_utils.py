@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException, Request, Response
 from omegaconf import OmegaConf
 from pydantic import BaseModel
 
 from nemo_gym import config as gym_config
+from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER
 from nemo_gym.server_utils import (
     ENTRYPOINT_ENV,
     WORKER_ENV,
@@ -18,6 +21,7 @@ from nemo_gym.server_utils import (
     raise_for_status,
 )
 from tests.unit_tests.in_process_server import serving
+from tests.unit_tests.routing_workers import signed_session
 
 
 class Partial(BaseModel):
@@ -31,6 +35,11 @@ def echo_app() -> FastAPI:
     @app.post("/echo")
     async def echo(request: Request) -> dict:
         return {"body": await request.json(), "cookies": dict(request.cookies)}
+
+    @app.post("/connection")
+    async def connection(request: Request, response: Response) -> None:
+        # Each connection plays one worker: its reply names it, as a routed server's replies do.
+        response.headers[WORKER_HEADER] = f"{request.client.port:016x}"
 
     @app.get("/teapot")
     async def teapot() -> None:
@@ -74,6 +83,29 @@ async def test_raise_for_status_raises_with_the_replys_body(client):
 async def test_an_unknown_instance_name_is_a_key_error_naming_it(client):
     with pytest.raises(KeyError, match="no server instance named 'nope'"):
         await client.post("nope", "/echo", json={})
+
+
+@pytest.mark.anyio
+async def test_a_sessions_calls_go_on_a_connection_to_the_worker_its_cookie_names(client):
+    """Upstream's interface gets the owner pool: ``cookies=`` naming an owner steers the call to it."""
+
+    def cookies(owner: str) -> dict[str, str]:
+        return {"echo_session": signed_session("any secret", {"session_id": "s", OWNER_KEY: owner})}
+
+    unknown = "f" * 16
+    opened = await asyncio.gather(*(client.post("echo", "/connection", json={}, cookies=cookies(unknown)) for _ in range(3)))
+    workers = {response.headers[WORKER_HEADER] for response in opened}
+    assert len(workers) == 3
+    for owner in sorted(workers):
+        replies = [await client.post("echo", "/connection", json={}, cookies=cookies(owner)) for _ in range(4)]
+        assert [response.headers[WORKER_HEADER] for response in replies] == [owner] * 4
+
+
+@pytest.mark.anyio
+async def test_a_reply_is_read_in_full_so_it_can_be_read_again_after_other_calls(client):
+    first = await client.post("echo", "/echo", json={"n": 1})
+    await client.post("echo", "/echo", json={"n": 2})
+    assert (await first.read(), await get_response_json(first)) == (b'{"body":{"n":1},"cookies":{}}', {"body": {"n": 1}, "cookies": {}})
 
 
 def test_is_nemo_gym_fastapi_entrypoint_only_in_a_launcher_worker_for_that_file(monkeypatch, tmp_path):
