@@ -139,6 +139,7 @@ import pytest
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
 from nemo_gym.launcher import Launcher
+from nemo_gym.openai_utils import new_response
 
 NAME = "{name}"
 TASK = {{"responses_create_params": {{"input": "The counter starts at 2. Add 3, then get the count and tell me."}}}}
@@ -175,7 +176,7 @@ async def test_a_seeded_session_keeps_its_count_and_verifies(launcher):
         await call(client, "/seed_session", cookies, {{**TASK, "initial_count": 2}})
         assert await call(client, "/increment_counter", cookies, {{"count": 3}}) == {{"count": 5}}
         assert await call(client, "/get_counter_value", cookies, {{}}) == {{"count": 5}}
-        verdict = await call(client, "/verify", cookies, {{**TASK, "response": {{"output": []}}, "expected_count": 5}})
+        verdict = await call(client, "/verify", cookies, {{**TASK, "response": new_response().model_dump(mode="json"), "expected_count": 5}})
         assert verdict["reward"] == 1.0
     finally:
         await client.close()

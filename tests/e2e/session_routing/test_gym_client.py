@@ -173,7 +173,7 @@ def test_pool_stays_bounded_over_2000_sessions(counter):
                 if COUNTER in servers:
                     excess.append(len(servers[COUNTER].connections) - cap - in_flight)
 
-        client.post = counted_post
+        object.__setattr__(client, "post", counted_post)  # the client is a pydantic model: shadow the method
         try:
             results = await episodes(client, range(2000))
             excess.append(len(client.owner_pool.servers[COUNTER].connections) - cap)
@@ -187,7 +187,9 @@ def test_pool_stays_bounded_over_2000_sessions(counter):
 
 
 def test_gym_client_episodes_all_end_right_with_a_worker_sigkilled_mid_run(start_servers):
-    launcher = start_servers(CONFIG, timeout=120)
+    """Without durable state (with it, the victim's sessions are adopted: test_durable_sessions.py)."""
+    config = {COUNTER: {"resources_servers": {COUNTER: {"num_workers": 4, "durable_sessions": False}}}}
+    launcher = start_servers(config, timeout=120)
     count = 200
 
     async def scenario() -> tuple[str, list[tuple[int, dict]], list[str | None]]:
