@@ -4,16 +4,17 @@ A caller sends only what is new in each turn (a user message, or the outputs of 
 model asked for last turn); the agent puts it after everything the session said and heard before,
 asks the model, and remembers the model's output too. The memory is a dict keyed by
 ``request.session["session_id"]`` in this worker's memory, the state that session routing keeps
-reachable at any number of workers.
+reachable at any number of workers, and kept durable, so a conversation outlives its worker.
 """
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from typing import Any
 
 from fastapi import HTTPException, Request, Response as HTTPResponse
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.base_responses_api_agent import BaseRunRequest, SimpleResponsesAPIAgent
@@ -28,13 +29,35 @@ class MemoryAgentConfig(SimpleResponsesAPIAgent.config_class):
     max_sessions: int = Field(10_000, gt=0)
 
 
+class Conversations(OrderedDict[str, list[Any]]):
+    """Each session's conversation, least recently used first, kept durable (``nemo_gym.durable``) as JSON.
+
+    A conversation this worker forgets to make room leaves its stored copy to expire with the cookie.
+    """
+
+    def export(self, session_id: str) -> str | None:
+        conversation = self.get(session_id)
+        if conversation is None:
+            return None
+        return json.dumps([item.model_dump(mode="json", by_alias=True, exclude_none=True) if isinstance(item, BaseModel) else item for item in conversation])
+
+    def restore(self, session_id: str, data: str) -> None:
+        self[session_id] = NeMoGymResponseCreateParamsNonStreaming.model_validate({"input": json.loads(data)}).input_items()
+
+    def end(self, session_id: str) -> None:
+        self.pop(session_id, None)
+
+
 class MemoryAgent(SimpleResponsesAPIAgent):
     config_class = MemoryAgentConfig
     config: MemoryAgentConfig
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.conversations: OrderedDict[str, list[Any]] = OrderedDict()
+        self.conversations = Conversations()
+
+    def session_states(self) -> Conversations:
+        return self.conversations
 
     async def responses(
         self, request: Request, response: HTTPResponse, body: NeMoGymResponseCreateParamsNonStreaming

@@ -22,17 +22,29 @@ def function_calls(reply: ServerReply) -> list[tuple[str, dict]]:
 
 async def two_turn_conversation(client: ServerClient, agent: str, number: int) -> dict:
     """One conversation: ``{"continued": bool}``, plus ``"error"`` when a turn failed or turn 1 went astray."""
-    first, second = 1000 + number, 5000 + number
-    task = f"The counter starts at 0. Add {first}, then add {second}, then get the count and tell me."
-    turn_one = await client.post(agent, "/v1/responses", json={"input": task})
-    if not turn_one.ok or function_calls(turn_one) != [("increment_counter", {"count": first})]:
-        return {"continued": False, "error": f"turn 1 answered {turn_one.status}: {turn_one.text[:300]}"}
+    turn_one = await first_turn(client, agent, number)
+    if not isinstance(turn_one, ServerReply):
+        return turn_one
     await asyncio.sleep(THINK_SECONDS)  # the caller runs the tool between the turns
+    return await second_turn(client, agent, number, turn_one)
+
+
+async def first_turn(client: ServerClient, agent: str, number: int) -> ServerReply | dict:
+    """Turn 1's reply, which asks for increment_counter(1000 + number); or the failed conversation's result."""
+    task = f"The counter starts at 0. Add {1000 + number}, then add {5000 + number}, then get the count and tell me."
+    turn_one = await client.post(agent, "/v1/responses", json={"input": task})
+    if not turn_one.ok or function_calls(turn_one) != [("increment_counter", {"count": 1000 + number})]:
+        return {"continued": False, "error": f"turn 1 answered {turn_one.status}: {turn_one.text[:300]}"}
+    return turn_one
+
+
+async def second_turn(client: ServerClient, agent: str, number: int, turn_one: ServerReply) -> dict:
+    """Turn 2 sends only the call's output: ``continued`` when the model asks for the next addition."""
     output = {"type": "function_call_output", "call_id": turn_one.body["output"][0]["call_id"], "output": '{"success": true}'}
     turn_two = await client.post(agent, "/v1/responses", json={"input": [output]}, cookies=turn_one.cookies)
     if not turn_two.ok:
         return {"continued": False, "error": f"turn 2 answered {turn_two.status}: {turn_two.text[:300]}"}
-    return {"continued": function_calls(turn_two) == [("increment_counter", {"count": second})]}
+    return {"continued": function_calls(turn_two) == [("increment_counter", {"count": 5000 + number})]}
 
 
 async def run_conversations(client: ServerClient, agent: str, count: int, concurrency: int) -> list[dict]:

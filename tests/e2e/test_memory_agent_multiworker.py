@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+from collections import Counter
+
+from nemo_gym.client import ServerClient, ServerReply
+from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.signing_secret import session_secret
+from responses_api_agents.memory_agent.conversations import first_turn, second_turn
+from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.e2e.test_memory_agent_one_worker import AGENT, CONVERSATIONS, converse, memory_stack
+from tests.unit_tests.routing_workers import session_of
 
 
 def test_200_two_turn_conversations_all_continue_at_four_workers(start_servers):
@@ -16,3 +27,29 @@ def test_conversations_break_with_routing_switched_off(start_servers):
     results = converse(launcher.instances)
     assert [result.get("error") for result in results if "error" in result] == []
     assert sum(result["continued"] for result in results) < CONVERSATIONS
+
+
+def test_conversations_of_a_sigkilled_worker_continue_on_the_workers_that_adopt_them(start_servers):
+    launcher = start_servers(memory_stack())
+    secret = session_secret(AGENT)
+
+    async def run() -> tuple[str, list[str], list[dict]]:
+        client = ServerClient(launcher.instances)
+        try:
+            firsts = await asyncio.gather(*(first_turn(client, AGENT, number) for number in range(CONVERSATIONS)))
+            assert all(isinstance(first, ServerReply) for first in firsts), [f for f in firsts if isinstance(f, dict)][:3]
+            owners = [session_of(secret, first.cookies[f"{AGENT}_session"])[OWNER_KEY] for first in firsts]
+            victim = Counter(owners).most_common(1)[0][0]
+            pid = worker_pid_of_owner(launcher.processes[AGENT].pid, victim)
+            os.kill(pid, signal.SIGKILL)
+            async with asyncio.timeout(10):
+                while os.path.exists(f"/proc/{pid}/cmdline"):
+                    await asyncio.sleep(0.05)
+            seconds = await asyncio.gather(*(second_turn(client, AGENT, number, first) for number, first in enumerate(firsts)))
+            return victim, owners, seconds
+        finally:
+            await client.close()
+
+    victim, owners, seconds = asyncio.run(run())
+    assert owners.count(victim) > 0
+    assert seconds == [{"continued": True}] * CONVERSATIONS

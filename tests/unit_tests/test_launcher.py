@@ -13,6 +13,7 @@ import pytest
 
 from nemo_gym import config as gym_config
 from nemo_gym.launcher import LaunchError, Launcher
+from nemo_gym.routing.liveness import live_workers
 
 COUNTER = {"counter": {"resources_servers": {"example_session_state_mgmt": {}}}}
 
@@ -107,3 +108,19 @@ def test_stop_removes_the_socket_directory_of_a_server_whose_process_was_killed(
     finally:
         launcher.stop()
     assert not os.path.exists(socket_dir)
+
+
+def test_a_multi_worker_server_is_up_only_when_every_worker_serves_its_private_socket():
+    data = {"counter": {"resources_servers": {"example_session_state_mgmt": {"num_workers": 4}}}}
+    launcher = Launcher(gym_config.parse(data), gym_config.free_port())
+    launcher.start(timeout=120)
+    try:
+        socket_dir = launcher.socket_dirs["counter"]
+        assert live_workers(socket_dir) == 4
+        sockets = [path for path in Path(socket_dir).iterdir() if path.suffix == ".sock"]
+        assert len(sockets) == 4
+        for path in sockets:
+            with socket.socket(socket.AF_UNIX) as private:
+                private.connect(str(path))  # each worker's private socket accepts at once
+    finally:
+        launcher.stop()

@@ -186,13 +186,15 @@ def test_pool_stays_bounded_over_2000_sessions(counter):
     assert max(excess) <= 0
 
 
-def test_gym_client_episodes_all_end_right_with_a_worker_sigkilled_mid_run(start_servers):
-    """Without durable state (with it, the victim's sessions are adopted: test_durable_sessions.py)."""
-    config = {COUNTER: {"resources_servers": {COUNTER: {"num_workers": 4, "durable_sessions": False}}}}
+@pytest.mark.parametrize("durable", [True, False], ids=["durable", "in_memory"])
+def test_gym_client_episodes_all_end_right_with_a_worker_sigkilled_mid_run(start_servers, durable):
+    """Durable: the victim's sessions are adopted and score. In memory: they get 410, the client drops
+    its connections to the victim, and every other session scores."""
+    config = {COUNTER: {"resources_servers": {COUNTER: {"num_workers": 4, "durable_sessions": durable}}}}
     launcher = start_servers(config, timeout=120)
     count = 200
 
-    async def scenario() -> tuple[str, list[tuple[int, dict]], list[str | None]]:
+    async def scenario() -> tuple[str, list[tuple[int, dict]], list[str], list[str | None]]:
         client = ServerClient(launcher.instances)
         try:
             seeded = await asyncio.gather(*(step(client, "/seed_session", {"initial_count": start}, {}) for start in range(count)))
@@ -214,7 +216,7 @@ def test_gym_client_episodes_all_end_right_with_a_worker_sigkilled_mid_run(start
                 status, body, _ = await step(client, "/verify", verify, jar)
                 return status, body
 
-            first = await finish(0, jars[0])  # the first request after the kill to learn that the victim is gone
+            first = await finish(0, jars[0])  # the first request after the kill, on which the client learns of it
             labels = [connection.worker for connection in client.owner_pool.servers[COUNTER].connections]
             rest = await asyncio.gather(*(finish(start, jar) for start, jar in enumerate(jars) if start > 0))
             return victim, [first, *rest], [owner_in(jar[COOKIE]) for jar in jars], labels
@@ -224,8 +226,9 @@ def test_gym_client_episodes_all_end_right_with_a_worker_sigkilled_mid_run(start
     victim, verdicts, owners, labels = asyncio.run(scenario())
     assert 0 < owners.count(victim) < count
     for owner, (status, body) in zip(owners, verdicts):
-        if owner == victim:
+        if owner == victim and not durable:
             assert status == 410 and victim in body["detail"], body
         else:
             assert status == 200 and body["reward"] == 1.0, body
-    assert victim not in labels
+    if not durable:
+        assert victim not in labels
