@@ -23,8 +23,11 @@ from nemo_gym.routing.liveness import is_alive
 
 COUNT_SUFFIX = ".sessions"
 COUNT = struct.Struct("q")
-# A worker may have started this many sessions more than the least-loaded before new ones go elsewhere:
-# enough to keep most first requests local, small against the ±10% a worker may stray from the mean.
+# A worker keeps its new sessions while it has started at most this share more than the mean (plus
+# SLACK sessions, for the first few): half the ±10% a worker may stray. A session started elsewhere
+# costs a hop on each of its requests that arrives here, for a client that keeps its connection, so
+# sessions move only as far as balance needs.
+TOLERANCE = 0.05
 SLACK = 2
 # How often siblings that died are noticed while all are present.
 REFRESH_SECONDS = 1.0
@@ -108,11 +111,12 @@ class Placement:
         # While a sibling is missing (starting, or replacing a dead one), look for it at every decision.
         if len(self.siblings) < self.num_workers - 1 or time.monotonic() - self.refreshed > REFRESH_SECONDS:
             self.refresh()
-        best, fewest = None, self.own.value - SLACK
-        for worker, count in self.siblings.items():
-            if count.value < fewest:
-                best, fewest = worker, count.value
-        return best
+        counts = {worker: count.value for worker, count in self.siblings.items()}
+        own = self.own.value
+        mean = (own + sum(counts.values())) / (len(counts) + 1)
+        if own <= mean * (1 + TOLERANCE) + SLACK:
+            return None
+        return min(counts, key=counts.__getitem__)
 
     def taken_back(self, worker_id: str) -> None:
         """A session meant for a sibling starts here after all (the sibling was dead or too busy)."""
