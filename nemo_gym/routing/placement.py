@@ -23,11 +23,11 @@ from nemo_gym.routing.liveness import is_alive
 
 COUNT_SUFFIX = ".sessions"
 COUNT = struct.Struct("q")
-# A worker keeps its new sessions while it has started at most this share more than the mean (plus
-# SLACK sessions, for the first few): half the ±10% a worker may stray. A session started elsewhere
-# costs a hop on each of its requests that arrives here, for a client that keeps its connection, so
-# sessions move only as far as balance needs.
-TOLERANCE = 0.05
+# A worker keeps its new sessions while it has started at most this share of the mean more than the
+# least-loaded (plus SLACK sessions, for the first few), which keeps every worker within ±10% of the
+# mean. A session started elsewhere costs a hop on each of its requests that arrives here, for a
+# client that keeps its connection, so sessions move only as far as balance needs.
+TOLERANCE = 0.06
 SLACK = 2
 # How often siblings that died are noticed while all are present.
 REFRESH_SECONDS = 1.0
@@ -112,11 +112,12 @@ class Placement:
         if len(self.siblings) < self.num_workers - 1 or time.monotonic() - self.refreshed > REFRESH_SECONDS:
             self.refresh()
         counts = {worker: count.value for worker, count in self.siblings.items()}
-        own = self.own.value
-        mean = (own + sum(counts.values())) / (len(counts) + 1)
-        if own <= mean * (1 + TOLERANCE) + SLACK:
+        if not counts:
             return None
-        return min(counts, key=counts.__getitem__)
+        own = self.own.value
+        least = min(counts, key=counts.__getitem__)
+        mean = (own + sum(counts.values())) / (len(counts) + 1)
+        return least if own - counts[least] > TOLERANCE * mean + SLACK else None
 
     def taken_back(self, worker_id: str) -> None:
         """A session meant for a sibling starts here after all (the sibling was dead or too busy)."""
