@@ -6,7 +6,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import tempfile
+import uuid
 from base64 import b64decode, b64encode
+from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import aiohttp
@@ -127,6 +131,24 @@ class Worker:
 
     async def stop(self) -> None:
         await self.serving.aclose()
+
+
+@contextlib.asynccontextmanager
+async def two_workers(server_class: type[EchoServer] = EchoServer, **settings: Any) -> AsyncIterator[tuple["Worker", "Worker", "Caller"]]:
+    """Workers A and B of one server (same name, so the same secret) sharing a real socket directory,
+    and a caller; everything is stopped, and the directory removed, at the end."""
+    socket_dir = tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")
+    name = f"echo_{uuid.uuid4().hex[:8]}"
+    a = await Worker(name, 2, socket_dir, server_class, **settings).start()
+    b = await Worker(name, 2, socket_dir, server_class, **settings).start()
+    caller = Caller()
+    try:
+        yield a, b, caller
+    finally:
+        await caller.close()
+        await a.stop()
+        await b.stop()
+        os.rmdir(socket_dir)
 
 
 class Caller:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import tempfile
-import uuid
 
 import aiohttp
 import pytest
@@ -13,7 +10,7 @@ from starlette.types import Receive, Scope, Send
 
 from nemo_gym.body_limit import BodyLimit
 from tests.unit_tests.in_process_server import serving
-from tests.unit_tests.routing_workers import Caller, Worker
+from tests.unit_tests.routing_workers import Worker, two_workers
 
 pytestmark = pytest.mark.anyio
 
@@ -23,16 +20,8 @@ LIMIT = 1000
 @pytest.fixture
 async def pair():
     """Two routed workers of one server with a 1000-byte body limit."""
-    socket_dir = tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")
-    name = f"echo_{uuid.uuid4().hex[:8]}"
-    a = await Worker(name, 2, socket_dir, max_body_bytes=LIMIT).start()
-    b = await Worker(name, 2, socket_dir, max_body_bytes=LIMIT).start()
-    caller = Caller()
-    yield a, b, caller
-    await caller.close()
-    await a.stop()
-    await b.stop()
-    os.rmdir(socket_dir)
+    async with two_workers(max_body_bytes=LIMIT) as workers:
+        yield workers
 
 
 async def exchange(url: str, head: str, body: bytes = b"") -> bytes:

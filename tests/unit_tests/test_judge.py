@@ -8,7 +8,7 @@ from fastapi import Request
 from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
 from nemo_gym.client import ServerClient
-from nemo_gym.judge import JudgeError, run_judge
+from nemo_gym.judge import run_judge
 from nemo_gym.openai_utils import new_response
 from tests.unit_tests.in_process_server import serving
 

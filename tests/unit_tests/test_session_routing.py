@@ -17,6 +17,7 @@ from nemo_gym.routing.liveness import is_alive
 from nemo_gym.routing.worker import OWNER_KEY, socket_path
 from nemo_gym.session_token import TOKEN_HEADER, mint_token, token_serializer
 from tests.unit_tests.routing_workers import (
+    two_workers,
     Caller,
     EchoServer,
     McpPathEchoServer,
@@ -33,16 +34,8 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 async def pair():
     """Workers A and B of the same server (same name, so the same secret), one socket directory."""
-    socket_dir = tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")
-    name = f"echo_{uuid.uuid4().hex[:8]}"
-    a = await Worker(name, 2, socket_dir).start()
-    b = await Worker(name, 2, socket_dir).start()
-    caller = Caller()
-    yield a, b, caller
-    await caller.close()
-    await a.stop()
-    await b.stop()
-    os.rmdir(socket_dir)
+    async with two_workers() as workers:
+        yield workers
 
 
 async def new_session(caller: Caller, worker: Worker) -> dict[str, str]:
@@ -303,22 +296,12 @@ async def test_badly_signed_mcp_token_is_handled_locally(pair):
 
 
 async def test_on_the_mcp_path_the_token_outranks_the_cookie_and_elsewhere_the_cookie_does():
-    socket_dir = tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")
-    name = f"echo_{uuid.uuid4().hex[:8]}"
-    a = await Worker(name, 2, socket_dir, McpPathEchoServer).start()
-    b = await Worker(name, 2, socket_dir, McpPathEchoServer).start()
-    caller = Caller()
-    try:
+    async with two_workers(McpPathEchoServer) as (a, b, caller):
         cookies_of_b = await new_session(caller, b)
         token_of_a = mint_token(token_serializer(a.server.secret), "s", a.server.worker_id)
         both = {"cookies": cookies_of_b, "headers": {TOKEN_HEADER: token_of_a}}
         assert (await (await caller.post(b, "/mcp/x", **both)).json())["worker"] == a.server.worker_id
         assert (await (await caller.post(a, "/echo/x", **both)).json())["worker"] == b.server.worker_id
-    finally:
-        await caller.close()
-        await a.stop()
-        await b.stop()
-        os.rmdir(socket_dir)
 
 
 async def test_quoted_cookie_from_aiohttps_own_cookie_handling_is_routed_to_its_owner(pair):
@@ -418,18 +401,10 @@ async def test_owner_whose_life_lock_is_free_is_dead_and_gets_410_at_once(pair):
 @pytest.fixture
 async def placing_pair():
     """Workers A and B with balanced placement on, each aware of the other."""
-    socket_dir = tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")
-    name = f"echo_{uuid.uuid4().hex[:8]}"
-    a = await Worker(name, 2, socket_dir, place_sessions=True).start()
-    b = await Worker(name, 2, socket_dir, place_sessions=True).start()
-    for worker in (a, b):
-        worker.server.placement.refresh()
-    caller = Caller()
-    yield a, b, caller
-    await caller.close()
-    await a.stop()
-    await b.stop()
-    os.rmdir(socket_dir)
+    async with two_workers(place_sessions=True) as (a, b, caller):
+        for worker in (a, b):
+            worker.server.placement.refresh()
+        yield a, b, caller
 
 
 async def test_new_sessions_arriving_at_one_worker_are_started_on_the_one_that_started_fewest(placing_pair):

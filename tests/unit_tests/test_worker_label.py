@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 import uuid
 
 import pytest
@@ -11,7 +9,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from nemo_gym.routing.worker import WORKER_HEADER
-from tests.unit_tests.routing_workers import Caller, EchoServer, Worker
+from tests.unit_tests.routing_workers import Caller, EchoServer, Worker, two_workers
 
 pytestmark = pytest.mark.anyio
 
@@ -30,16 +28,8 @@ class ForgingServer(EchoServer):
 
 @pytest.fixture
 async def pair():
-    socket_dir = tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")
-    name = f"label_{uuid.uuid4().hex[:8]}"
-    a = await Worker(name, 2, socket_dir, ForgingServer).start()
-    b = await Worker(name, 2, socket_dir, ForgingServer).start()
-    caller = Caller()
-    yield a, b, caller
-    await caller.close()
-    await a.stop()
-    await b.stop()
-    os.rmdir(socket_dir)
+    async with two_workers(ForgingServer) as workers:
+        yield workers
 
 
 async def test_a_local_reply_names_the_worker_that_served_it(pair):
