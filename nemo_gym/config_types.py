@@ -89,8 +89,10 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     # Off switch for session routing (on by default for resources servers and agents).
     route_sessions: bool = True
-    # Off switch for balanced placement: with it off, a new session lives where its first request lands.
-    place_sessions: bool = True
+    # Balanced placement (off by default): a new session starts on the worker that has started fewest,
+    # not where its first request lands; costs a hop on the later requests of a client that keeps its
+    # connection to the worker it first reached (README, "Balanced placement").
+    place_sessions: bool = False
     # Off switch for durable sessions (on for routed servers whose class declares ``session_states``).
     durable_sessions: bool = True
 

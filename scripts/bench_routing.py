@@ -572,6 +572,7 @@ ONE_WORKER = "1 worker"
 ROUTED = "4 workers, routed"
 ROUTED_GYM = "4 workers, routed, Gym client"
 ROUTED_DURABLE = "4 workers, routed, durable"
+ROUTED_PLACED = "4 workers, routed, placed"
 UNROUTED = "4 workers, routing off"
 HAPROXY = "HAProxy + 4 x 1 worker"
 
@@ -621,6 +622,7 @@ def episodes_section(args: argparse.Namespace, log_dir: Path) -> dict:
         "counter_1w": resource_server(COUNTER, num_workers=1),
         # In memory, as the 1-worker and HAProxy rows are; the durable row pays the store's writes too.
         "counter_4w": resource_server(COUNTER, num_workers=4, durable_sessions=False),
+        "counter_4w_placed": resource_server(COUNTER, num_workers=4, durable_sessions=False, place_sessions=True),
         "counter_4w_durable": resource_server(COUNTER, num_workers=4),
         "counter_4w_off": resource_server(COUNTER, num_workers=4, route_sessions=False),
     }
@@ -631,6 +633,7 @@ def episodes_section(args: argparse.Namespace, log_dir: Path) -> dict:
     targets = {
         ONE_WORKER: instances["counter_1w"].url,
         ROUTED: instances["counter_4w"].url,
+        ROUTED_PLACED: instances["counter_4w_placed"].url,
         ROUTED_DURABLE: instances["counter_4w_durable"].url,
         UNROUTED: instances["counter_4w_off"].url,
     }
@@ -640,7 +643,7 @@ def episodes_section(args: argparse.Namespace, log_dir: Path) -> dict:
     try:
         workers = {
             name: settled_workers(launcher.processes[name].pid, 4, routed=name != "counter_4w_off")
-            for name in ("counter_4w", "counter_4w_durable", "counter_4w_off")
+            for name in ("counter_4w", "counter_4w_placed", "counter_4w_durable", "counter_4w_off")
         }
         if haproxy_binary:
             backends = [instances[f"counter_b{i}"].url for i in range(4)]
@@ -662,7 +665,7 @@ def episodes_section(args: argparse.Namespace, log_dir: Path) -> dict:
 
 def episode_rows(runs: dict[str, list[Run]], args: argparse.Namespace) -> dict[str, Any]:
     rows: dict[str, Any] = {}
-    for name in (ONE_WORKER, ROUTED, ROUTED_GYM, ROUTED_DURABLE, UNROUTED, HAPROXY):
+    for name in (ONE_WORKER, ROUTED, ROUTED_PLACED, ROUTED_GYM, ROUTED_DURABLE, UNROUTED, HAPROXY):
         if name not in runs:
             rows[name] = {"skipped": "haproxy not installed" if not args.no_haproxy else "--no-haproxy"}
             continue
@@ -992,9 +995,10 @@ def targets(results: dict) -> list[tuple[str, str, str]]:
             unrouted = ratio(gym["per_second"], rows[UNROUTED]["per_second"])
             checks.append((f"{pattern} client: Gym client's direct hits >= 95%", "met" if gym["direct_share"] >= 0.95 else "not met", f"{gym['direct_share']:.1%}"))
             checks.append((f"{pattern} client: Gym client throughput >= 1.0x routing off", "met" if unrouted >= 1.0 else "not met", fmt(unrouted, ".2f", "x")))
-        if routed["spread"] is not None:
-            spread = f"±{routed['spread']:.0%}"
-            checks.append((f"{pattern} client: sessions per worker within ±10% of the mean", "met" if routed["spread"] <= 0.1 else "not met", spread))
+        placed = rows.get(ROUTED_PLACED, routed)
+        if placed.get("spread") is not None:
+            spread = f"±{placed['spread']:.0%}"
+            checks.append((f"{pattern} client, placement on: sessions per worker within ±10% of the mean", "met" if placed["spread"] <= 0.1 else "not met", spread))
     hop = results.get("hop")
     name = f"forwarded/local p50 <= {TARGET_HOP_RATIO}x"
     if hop is None:

@@ -23,11 +23,8 @@ from nemo_gym.routing.liveness import is_alive
 
 COUNT_SUFFIX = ".sessions"
 COUNT = struct.Struct("q")
-# A worker keeps its new sessions while it has started at most this share of the mean more than the
-# least-loaded (plus SLACK sessions, for the first few), which keeps every worker within ±10% of the
-# mean. A session started elsewhere costs a hop on each of its requests that arrives here, for a
-# client that keeps its connection, so sessions move only as far as balance needs.
-TOLERANCE = 0.06
+# A worker keeps its new sessions while it has started at most this many more than the least-loaded:
+# the totals stay this close, so the sessions of any stretch of time spread evenly too.
 SLACK = 2
 # How often siblings that died are noticed while all are present.
 REFRESH_SECONDS = 1.0
@@ -114,10 +111,8 @@ class Placement:
         counts = {worker: count.value for worker, count in self.siblings.items()}
         if not counts:
             return None
-        own = self.own.value
         least = min(counts, key=counts.__getitem__)
-        mean = (own + sum(counts.values())) / (len(counts) + 1)
-        return least if own - counts[least] > TOLERANCE * mean + SLACK else None
+        return least if self.own.value - counts[least] > SLACK else None
 
     def taken_back(self, worker_id: str) -> None:
         """A session meant for a sibling starts here after all (the sibling was dead or too busy)."""

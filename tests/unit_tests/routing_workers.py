@@ -99,13 +99,14 @@ app = ServerApp(EchoServer)
 def instances(name: str, num_workers: int, **settings: Any) -> dict[str, gym_config.Instance]:
     """A config whose only instance is an EchoServer (implemented in the counter's directory's place).
 
-    Balanced placement is off unless a test asks for it: these tests choose the worker a session lives on.
+    Balanced placement is off (the default) unless a test asks for it: these tests choose the worker a
+    session lives on.
     """
     instance = gym_config.Instance(
         name,
         "resources_servers",
         "example_session_state_mgmt",
-        {"host": "127.0.0.1", "port": 0, "num_workers": num_workers, "entrypoint": "app.py", "place_sessions": False, **settings},
+        {"host": "127.0.0.1", "port": 0, "num_workers": num_workers, "entrypoint": "app.py", **settings},
     )
     return {name: instance}
 

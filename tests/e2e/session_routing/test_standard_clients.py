@@ -34,7 +34,7 @@ def counter_name(workers: int) -> str:
 
 @pytest.fixture(scope="module")
 def counters(start_module_servers):
-    config = {counter_name(n): {"resources_servers": {COUNTER: {"num_workers": n}}} for n in WORKERS}
+    config = {counter_name(n): {"resources_servers": {COUNTER: {"num_workers": n, "place_sessions": True}}} for n in WORKERS}
     return start_module_servers(config, timeout=120).instances
 
 
