@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ import pytest
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
 from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
-from nemo_gym.launcher import Launcher
+from nemo_gym.launcher import STOP_GRACE_SECONDS, Launcher
 from nemo_gym.rollouts import read_rows, run_episodes
 from nemo_gym.server_paths import EXTRA_ROOTS_ENV, INSTALL_ROOT, search_roots
 
@@ -93,8 +94,15 @@ def test_python_app_py_serves_the_instance_with_its_workers(tmp_path):
     try:
         assert asyncio.run(count_to_five(f"http://127.0.0.1:{port}")) == 5
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
+        # As the launcher stops a server: SIGTERM to its process, time to shut down, then the group killed.
+        process.terminate()
+        try:
+            process.wait(timeout=STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 async def count_to_five(url: str) -> int:
