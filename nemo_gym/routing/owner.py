@@ -19,6 +19,7 @@ from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.session_token import TOKEN_HEADER, read_token
 
 MCP_PATH = "/mcp"
+MCP_PREFIX = MCP_PATH + "/"
 TOKEN_HEADER_KEY = TOKEN_HEADER.lower().encode()
 
 
@@ -67,11 +68,11 @@ class OwnerReader:
                 cookie_headers.append(value.decode("latin-1"))
             elif name == TOKEN_HEADER_KEY:
                 tokens.append(value.decode("latin-1"))
-        if len(set(tokens)) > 1:
+        if len(tokens) > 1 and len(set(tokens)) > 1:
             raise AmbiguousSession(TOKEN_HEADER)
         has_cookie = self.has_session_cookie(cookie_headers)
         path = scope["path"]
-        token_first = path == MCP_PATH or path.startswith(MCP_PATH + "/")
+        token_first = path == MCP_PATH or path.startswith(MCP_PREFIX)
         if tokens and (token_first or not has_cookie):
             return read_token(self.token_serializer, tokens[0])
         if has_cookie:
@@ -84,9 +85,11 @@ class OwnerReader:
         Starlette reads the first Cookie header and, within it, the last occurrence of a name. Every
         occurrence is read here with Starlette's parser, chunk by chunk, to see whether they agree.
         """
+        # A header that does not hold the name at all cannot name the session: it is not parsed.
         values = {
             parsed[self.cookie_name]
             for header in cookie_headers
+            if self.cookie_name in header
             for chunk in header.split(";")
             if self.cookie_name in (parsed := cookie_parser(chunk))
         }

@@ -26,12 +26,13 @@ class SessionRouter:
         self.owners = owners
         self.forwarder = forwarder
         self.placement = placement
+        self.label = worker_id.encode()  # the reply header's value, made once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        send = labelled(send, self.worker_id.encode())
+        send = labelled(send, self.label)
         # Only a sibling worker may name the caller's address; from the public port it is stripped.
         if any(name == CLIENT_HEADER for name, _ in scope["headers"]):
             scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER]
