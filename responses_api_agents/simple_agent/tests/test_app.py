@@ -88,14 +88,14 @@ async def episode_servers(script: Script | None = None, model_url: str | None = 
         instances = gym_config.parse(data)
         gym_config.check_settings(instances)
         for name, instance in instances.items():
-            await stack.enter_async_context(serving(CLASSES[name](name, instances).build_app(), instance.port))
+            await stack.enter_async_context(serving(CLASSES[name].for_instance(name, instances).build_app(), instance.port))
         client = ServerClient(instances)
         stack.push_async_callback(client.close)
         yield client
 
 
 def agent_for_unit_tests() -> SimpleAgent:
-    return SimpleAgent(AGENT, gym_config.parse(config({"base_url": "http://127.0.0.1:9/v1"}), check_ports=False))
+    return SimpleAgent.for_instance(AGENT, gym_config.parse(config({"base_url": "http://127.0.0.1:9/v1"}), check_ports=False))
 
 
 @pytest.mark.anyio
