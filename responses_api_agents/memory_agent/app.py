@@ -76,6 +76,5 @@ class MemoryAgent(SimpleResponsesAPIAgent):
         raise HTTPException(501, f"{self.name} has no environment to run episodes in; hold a conversation through /v1/responses")
 
 
-
 if __name__ == "__main__":
     MemoryAgent.run_webserver()
