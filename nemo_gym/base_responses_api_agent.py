@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from fastapi import Body, FastAPI, Request, Response as HTTPResponse
+import aiohttp
+from fastapi import Body, FastAPI, HTTPException, Request, Response as HTTPResponse
 
 from nemo_gym.base_resources_server import BaseRunRequest
 from nemo_gym.config_types import (
@@ -18,6 +20,7 @@ from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParams, 
 from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
 from nemo_gym.response_stream import response_reply
 from nemo_gym.server import SimpleServer
+from nemo_gym.server_utils import get_response_json
 
 __all__ = ["BaseResponsesAPIAgentConfig", "BaseRunRequest", "Body", "SimpleResponsesAPIAgent"]
 
@@ -81,3 +84,23 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
 
 def rollout_path(path: str, rollout_id: str | None) -> str:
     return f"/{ROLLOUT_PATH_PREFIX}/{rollout_id}{path}" if rollout_id else path
+
+
+async def checked_json(reply: aiohttp.ClientResponse, what: str) -> Any:
+    """The JSON body of another server's reply. A failed hop is passed on to the caller: a client error
+    keeps its status (a lost session stays a 410), any other failure is a 502."""
+    if reply.ok:
+        return await get_response_json(reply)
+    status = reply.status if 400 <= reply.status < 500 else 502
+    raise HTTPException(status, f"{what} answered {reply.status}: {await reply.text(errors='replace')}")
+
+
+def cookies_of(reply: aiohttp.ClientResponse) -> dict[str, str]:
+    """The cookies a reply set, by name."""
+    return {name: morsel.value for name, morsel in reply.cookies.items()}
+
+
+def set_cookies(response: HTTPResponse, cookies: Mapping[str, str]) -> None:
+    """Hand the cookies of every server a session touched back to the caller."""
+    for name, value in cookies.items():
+        response.set_cookie(name, value, httponly=True, samesite="lax")

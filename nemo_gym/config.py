@@ -15,9 +15,9 @@ import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from nemo_gym import config_files, interpolation
 from nemo_gym.config_files import ConfigError, Sources, instance_kind
@@ -268,11 +268,3 @@ def _resolve_port(instance: Instance, check_ports: bool, taken: dict[int, list[I
     except OSError as error:
         raise ConfigError(f"{_where(instance, 'host')}: cannot listen on {instance.host!r}: {error.strerror or error}") from None
 
-
-class ServerRef(BaseModel):
-    """A reference from one instance's settings to another instance: ``{type: ..., name: ...}``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["resources_servers", "responses_api_agents", "responses_api_models"]
-    name: str

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from types import ModuleType
 from typing import Any, ClassVar
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, PrivateAttr
@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nemo_gym import config as gym_config
 from nemo_gym.body_limit import BodyLimit
 from nemo_gym.client import ServerClient as ReadingClient
-from nemo_gym.client import ServerReply, config_of
+from nemo_gym.client import config_of
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.keeper import DurableSessions
@@ -273,16 +273,3 @@ class ServerApp:
             self._app = self.server_class.from_environment(ReadingClient).build_app()
         await self._app(scope, receive, send)
 
-
-def set_cookies(response: Any, cookies: dict[str, str]) -> None:
-    """Hand the cookies of every server a session touched back to the caller."""
-    for key, value in cookies.items():
-        response.set_cookie(key, value, httponly=True, samesite="lax")
-
-
-def checked(reply: ServerReply, what: str) -> ServerReply:
-    """Pass a failed hop on to the caller: a client error keeps its status (a lost session stays a 410)."""
-    if reply.ok:
-        return reply
-    status = reply.status if 400 <= reply.status < 500 else 502
-    raise HTTPException(status, f"{what} answered {reply.status}: {reply.text}")

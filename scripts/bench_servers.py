@@ -8,7 +8,7 @@ shows only the framework's own per-session cost) and whose ``/verify`` burns ``v
 Both commands read the config and instance name from the environment, as ``nemo_gym.serve`` does:
 
     python -m scripts.bench_servers serve --module scripts.bench_servers
-        uvicorn's own multi-worker supervisor serves the module's ``app`` (``num_workers`` of them).
+        uvicorn's own multi-worker supervisor serves the module's server class (``num_workers`` workers).
     python -m scripts.bench_servers worker --module resources_servers.example_session_state_mgmt.app --port P
         one worker of a routed server, in this process, on its own port; several such processes that
         share ``NEMO_GYM_SOCKET_DIR`` are the workers of one server, each reachable on its own port.
@@ -24,6 +24,7 @@ import time
 
 import uvicorn
 from fastapi import Request
+from starlette.types import ASGIApp
 
 from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import (
@@ -34,9 +35,11 @@ from nemo_gym.base_resources_server import (
 )
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
 from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
-from nemo_gym.server import ServerApp, find_server_class
+from nemo_gym.server import SimpleServer, find_server_class
 
 KEEP_ALIVE_SECONDS = 75  # as nemo_gym.serve
+# The module whose server ``serve`` runs, for its workers (uvicorn starts them by import string).
+MODULE_ENV = "NEMO_GYM_BENCH_MODULE"
 
 
 class BenchServerConfig(BaseResourcesServerConfig):
@@ -60,9 +63,6 @@ def burn_cpu(seconds: float) -> None:
         pass
 
 
-app = ServerApp(BenchServer)
-
-
 def instance_from_environment() -> gym_config.Instance:
     name = os.environ[INSTANCE_ENV]
     with open(os.environ[CONFIG_PATH_ENV]) as file:
@@ -75,33 +75,43 @@ def uvicorn_options(host: str, port: int) -> dict:
 
 def serve(module: str) -> None:
     """What ``nemo_gym.serve`` does, for a module outside the server directories."""
+    os.environ[MODULE_ENV] = module
     instance = instance_from_environment()
     options = uvicorn_options(instance.host, instance.port)
     if instance.num_workers == 1:
-        uvicorn.run(importlib.import_module(module).app, **options)
+        uvicorn.run(worker_app(), **options)
         return
     made_here = not os.environ.get(SOCKET_DIR_ENV)
     if made_here:
         os.environ[SOCKET_DIR_ENV] = make_socket_dir()
     socket_dir = os.environ[SOCKET_DIR_ENV]
     try:
-        uvicorn.run(f"{module}:app", workers=instance.num_workers, **options)
+        uvicorn.run("scripts.bench_servers:worker_app", factory=True, workers=instance.num_workers, **options)
     finally:
         if made_here:
             remove_socket_dir(socket_dir)
 
 
+def server_of(module: str) -> SimpleServer:
+    """The server ``module`` defines, for the instance the environment names."""
+    return find_server_class(importlib.import_module(module)).from_environment()
+
+
+def worker_app() -> ASGIApp:
+    """The app of one worker of ``serve``."""
+    return server_of(os.environ[MODULE_ENV]).build_app()
+
+
 def worker(module: str, port: int) -> None:
     """One worker of the instance (its settings say how many there are), on ``port``."""
-    server_class = find_server_class(importlib.import_module(module))
-    server = server_class.from_environment()
+    server = server_of(module)
     uvicorn.run(server.build_app(), **uvicorn_options(server.config.host, port))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["serve", "worker"])
-    parser.add_argument("--module", required=True, help="the module whose module-level app to serve")
+    parser.add_argument("--module", required=True, help="the module whose server class to serve")
     parser.add_argument("--port", type=int, help="worker: this worker's own port")
     args = parser.parse_args()
     if args.command == "serve":

@@ -11,18 +11,23 @@ from typing import Any
 import aiohttp
 from fastapi import HTTPException, Request, Response as HTTPResponse
 
-from nemo_gym.base_responses_api_agent import BaseRunRequest, SimpleResponsesAPIAgent
-from nemo_gym.config import ServerRef
+from nemo_gym.base_responses_api_agent import (
+    BaseResponsesAPIAgentConfig,
+    BaseRunRequest,
+    SimpleResponsesAPIAgent,
+    checked_json,
+    cookies_of,
+    set_cookies,
+)
+from nemo_gym.config_types import AgentServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
-from nemo_gym.server import ServerApp, checked, set_cookies
 
 
-class LegacyAgentConfig(SimpleResponsesAPIAgent.config_class):
-    downstream_agent: ServerRef
+class LegacyAgentConfig(BaseResponsesAPIAgentConfig):
+    downstream_agent: AgentServerRef
 
 
 class LegacyAgent(SimpleResponsesAPIAgent):
-    config_class = LegacyAgentConfig
     config: LegacyAgentConfig
     # The relay keeps no state of its own: any worker can relay any request.
     route_sessions = False
@@ -44,8 +49,10 @@ class LegacyAgent(SimpleResponsesAPIAgent):
             reply = await self.server_client.post(downstream, path, json=payload, cookies=dict(request.cookies))
         except aiohttp.ClientError as error:
             raise HTTPException(502, f"{downstream}{path} is unreachable: {error}") from None
-        set_cookies(response, checked(reply, f"{downstream}{path}").cookies)
-        return reply.body
+        body = await checked_json(reply, f"{downstream}{path}")
+        set_cookies(response, cookies_of(reply))
+        return body
 
 
-app = ServerApp(LegacyAgent)
+if __name__ == "__main__":
+    LegacyAgent.run_webserver()

@@ -17,14 +17,13 @@ from fastapi import HTTPException, Request, Response as HTTPResponse
 from pydantic import BaseModel, Field
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.base_responses_api_agent import BaseRunRequest, SimpleResponsesAPIAgent
-from nemo_gym.config import ServerRef
+from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, BaseRunRequest, SimpleResponsesAPIAgent, checked_json
+from nemo_gym.config_types import ModelServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
-from nemo_gym.server import ServerApp, checked
 
 
-class MemoryAgentConfig(SimpleResponsesAPIAgent.config_class):
-    model_server: ServerRef
+class MemoryAgentConfig(BaseResponsesAPIAgentConfig):
+    model_server: ModelServerRef
     # Conversations kept per worker; past this, the one used least recently is forgotten.
     max_sessions: int = Field(10_000, gt=0)
 
@@ -49,12 +48,8 @@ class Conversations(OrderedDict[str, list[Any]]):
 
 
 class MemoryAgent(SimpleResponsesAPIAgent):
-    config_class = MemoryAgentConfig
     config: MemoryAgentConfig
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.conversations = Conversations()
+    conversations: Conversations = Field(default_factory=Conversations)
 
     def session_states(self) -> Conversations:
         return self.conversations
@@ -67,7 +62,7 @@ class MemoryAgent(SimpleResponsesAPIAgent):
         step = body.model_copy(update={"input": conversation})
         model = self.config.model_server.name
         reply = await self.server_client.post(model, "/v1/responses", json=step.model_dump(mode="json", by_alias=True, exclude_none=True))
-        model_response = NeMoGymResponse.model_validate(checked(reply, f"{model}/v1/responses").body)
+        model_response = NeMoGymResponse.model_validate(await checked_json(reply, f"{model}/v1/responses"))
         self.remember(session_id, conversation + model_response.output)
         return model_response
 
@@ -81,4 +76,5 @@ class MemoryAgent(SimpleResponsesAPIAgent):
         raise HTTPException(501, f"{self.name} has no environment to run episodes in; hold a conversation through /v1/responses")
 
 
-app = ServerApp(MemoryAgent)
+if __name__ == "__main__":
+    MemoryAgent.run_webserver()

@@ -7,8 +7,15 @@ from typing import Any
 
 from fastapi import Request, Response as HTTPResponse
 
-from nemo_gym.base_responses_api_agent import BaseRunRequest, SimpleResponsesAPIAgent
-from nemo_gym.config import ServerRef
+from nemo_gym.base_responses_api_agent import (
+    BaseResponsesAPIAgentConfig,
+    BaseRunRequest,
+    SimpleResponsesAPIAgent,
+    checked_json,
+    cookies_of,
+    set_cookies,
+)
+from nemo_gym.config_types import ModelServerRef, ResourcesServerRef
 from nemo_gym.openai_utils import (
     NeMoGymFunctionCallOutput,
     NeMoGymResponse,
@@ -19,12 +26,11 @@ from nemo_gym.openai_utils import (
     new_id,
     new_response,
 )
-from nemo_gym.server import ServerApp, checked, set_cookies
 
 
-class SimpleAgentConfig(SimpleResponsesAPIAgent.config_class):
-    resources_server: ServerRef
-    model_server: ServerRef
+class SimpleAgentConfig(BaseResponsesAPIAgentConfig):
+    resources_server: ResourcesServerRef
+    model_server: ModelServerRef
     max_steps: int = 20
 
 
@@ -33,7 +39,6 @@ def function_call_output(call: NeMoGymResponseFunctionToolCall, output: str) -> 
 
 
 class SimpleAgent(SimpleResponsesAPIAgent):
-    config_class = SimpleAgentConfig
     config: SimpleAgentConfig
 
     async def responses(
@@ -48,7 +53,7 @@ class SimpleAgent(SimpleResponsesAPIAgent):
             reply = await self.server_client.post(
                 self.config.model_server.name, "/v1/responses", json=step.model_dump(mode="json", by_alias=True, exclude_none=True)
             )
-            model_response = NeMoGymResponse.model_validate(checked(reply, f"{self.config.model_server.name}/v1/responses").body)
+            model_response = NeMoGymResponse.model_validate(await checked_json(reply, f"{self.config.model_server.name}/v1/responses"))
             usage = accumulate_response_usage(usage, model_response.usage)
             calls = [item for item in model_response.output if isinstance(item, NeMoGymResponseFunctionToolCall)]
             for item in model_response.output:
@@ -72,8 +77,8 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         if not isinstance(arguments, dict):
             return function_call_output(call, "Error: arguments must be a JSON object")
         reply = await self.server_client.post(self.config.resources_server.name, f"/{call.name}", json=arguments, cookies=cookies)
-        cookies.update(reply.cookies)
-        return function_call_output(call, reply.text)
+        cookies.update(cookies_of(reply))
+        return function_call_output(call, await reply.text(errors="replace"))
 
     async def run(self, request: Request, response: HTTPResponse, body: BaseRunRequest) -> dict[str, Any]:
         cookies = dict(request.cookies)
@@ -81,15 +86,18 @@ class SimpleAgent(SimpleResponsesAPIAgent):
         row = body.model_dump(mode="json", by_alias=True, exclude_none=True)
 
         seed = await self.server_client.post(resources, "/seed_session", json=row, cookies=cookies)
-        cookies.update(checked(seed, f"{resources}/seed_session").cookies)
+        await checked_json(seed, f"{resources}/seed_session")
+        cookies.update(cookies_of(seed))
         reply = await self.server_client.post(self.name, "/v1/responses", json=row["responses_create_params"], cookies=cookies)
+        agent_response = await checked_json(reply, f"{self.name}/v1/responses")
         # The caller gets this /run's own agent session cookie, not the one the inner call minted.
-        inner = checked(reply, f"{self.name}/v1/responses").cookies
-        cookies.update({name: value for name, value in inner.items() if name != self.session_cookie})
-        verify = await self.server_client.post(resources, "/verify", json={**row, "response": reply.body}, cookies=cookies)
-        cookies.update(checked(verify, f"{resources}/verify").cookies)
+        cookies.update({name: value for name, value in cookies_of(reply).items() if name != self.session_cookie})
+        verify = await self.server_client.post(resources, "/verify", json={**row, "response": agent_response}, cookies=cookies)
+        verdict = await checked_json(verify, f"{resources}/verify")
+        cookies.update(cookies_of(verify))
         set_cookies(response, cookies)
-        return verify.body
+        return verdict
 
 
-app = ServerApp(SimpleAgent)
+if __name__ == "__main__":
+    SimpleAgent.run_webserver()

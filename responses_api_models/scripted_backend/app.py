@@ -16,11 +16,12 @@ from typing import Any, Callable
 
 from fastapi import FastAPI, HTTPException
 
+from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.openai_utils import NeMoGymChatCompletion, NeMoGymChatCompletionCreateParamsNonStreaming
-from nemo_gym.server import ServerApp, SimpleServer
+from nemo_gym.server import SimpleServer
 
 
-class ScriptedBackendConfig(SimpleServer.config_class):
+class ScriptedBackendConfig(BaseRunServerInstanceConfig):
     think_time_ms: int = 0
 
 
@@ -69,7 +70,6 @@ def token_count(value: Any) -> int:
 
 
 class ScriptedBackend(SimpleServer):
-    config_class = ScriptedBackendConfig
     config: ScriptedBackendConfig
 
     def setup_webserver(self) -> FastAPI:
@@ -88,9 +88,6 @@ class ScriptedBackend(SimpleServer):
         choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}
         completion = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time())}
         return NeMoGymChatCompletion.model_validate({**completion, "model": body.model, "choices": [choice], "usage": usage})
-
-
-app = ServerApp(ScriptedBackend)
 
 
 # The fixed version of each swe_rebench task's buggy file, keyed by the file the task names.
@@ -156,3 +153,7 @@ def swe_rebench_playbook(task: str) -> list[ToolStep] | None:
 
 
 PLAYBOOKS.append(swe_rebench_playbook)
+
+
+if __name__ == "__main__":
+    ScriptedBackend.run_webserver()

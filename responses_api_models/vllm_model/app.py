@@ -10,19 +10,19 @@ import aiohttp
 from fastapi import HTTPException, Request
 from pydantic import Field, ValidationInfo, field_validator
 
-from nemo_gym.base_responses_api_model import SimpleResponsesAPIModel
-from nemo_gym.config import ServerRef
+from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
+from nemo_gym.config_types import ModelServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
-from nemo_gym.server import ServerApp
+from nemo_gym.server_utils import is_nemo_gym_fastapi_entrypoint
 from responses_api_models.vllm_model.converter import BackendError, UnsupportedInput, from_chat_response, to_chat_request
 
 
-class VLLMModelConfig(SimpleResponsesAPIModel.config_class):
+class VLLMModelConfig(BaseResponsesAPIModelConfig):
     """Where the chat completions backend is: ``base_url`` (any OpenAI-compatible server) or ``backend_server``."""
 
     base_url: str | None = None
     # Validated even when absent, so a config that names neither backend is an error at load time.
-    backend_server: ServerRef | None = Field(default=None, validate_default=True)
+    backend_server: ModelServerRef | None = Field(default=None, validate_default=True)
     model: str = "default"
     api_key: str | None = None
     timeout_seconds: float = Field(default=120.0, gt=0)
@@ -43,7 +43,7 @@ class VLLMModelConfig(SimpleResponsesAPIModel.config_class):
 
     @field_validator("backend_server")
     @classmethod
-    def exactly_one_backend(cls, backend_server: ServerRef | None, info: ValidationInfo) -> ServerRef | None:
+    def exactly_one_backend(cls, backend_server: ModelServerRef | None, info: ValidationInfo) -> ModelServerRef | None:
         if (backend_server is None) == (info.data.get("base_url") is None):
             raise ValueError(
                 "give exactly one of base_url (an OpenAI-compatible URL) and backend_server (a ref to a model server);"
@@ -53,7 +53,6 @@ class VLLMModelConfig(SimpleResponsesAPIModel.config_class):
 
 
 class VLLMModel(SimpleResponsesAPIModel):
-    config_class = VLLMModelConfig
     config: VLLMModelConfig
 
     @property
@@ -90,4 +89,8 @@ class VLLMModel(SimpleResponsesAPIModel):
             raise HTTPException(502, f"model backend {url} answered garbage: {error}") from None
 
 
-app = ServerApp(VLLMModel)
+
+if __name__ == "__main__":
+    VLLMModel.run_webserver()
+elif is_nemo_gym_fastapi_entrypoint(__file__):
+    app = VLLMModel.run_webserver()

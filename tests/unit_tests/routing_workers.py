@@ -23,7 +23,6 @@ from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import SimpleResourcesServer
 from nemo_gym.client import cookie_header
 from nemo_gym.routing.worker import OWNER_KEY
-from nemo_gym.server import ServerApp
 from tests.unit_tests.in_process_server import serving
 
 
@@ -91,9 +90,6 @@ class McpPathEchoServer(EchoServer):
         app = super().setup_webserver()
         app.api_route("/mcp/{rest:path}", methods=["POST"])(self.echo)
         return app
-
-
-app = ServerApp(EchoServer)
 
 
 def instances(name: str, num_workers: int, **settings: Any) -> dict[str, gym_config.Instance]:

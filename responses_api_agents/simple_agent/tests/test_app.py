@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
@@ -88,14 +89,14 @@ async def episode_servers(script: Script | None = None, model_url: str | None = 
         instances = gym_config.parse(data)
         gym_config.check_settings(instances)
         for name, instance in instances.items():
-            await stack.enter_async_context(serving(CLASSES[name](name, instances).build_app(), instance.port))
+            await stack.enter_async_context(serving(CLASSES[name].for_instance(name, instances).build_app(), instance.port))
         client = ServerClient(instances)
         stack.push_async_callback(client.close)
         yield client
 
 
 def agent_for_unit_tests() -> SimpleAgent:
-    return SimpleAgent(AGENT, gym_config.parse(config({"base_url": "http://127.0.0.1:9/v1"}), check_ports=False))
+    return SimpleAgent.for_instance(AGENT, gym_config.parse(config({"base_url": "http://127.0.0.1:9/v1"}), check_ports=False))
 
 
 @pytest.mark.anyio
@@ -173,3 +174,31 @@ async def test_run_with_a_model_backend_that_is_down_is_a_502_naming_the_hop():
     assert reply.status == 502
     assert reply.body["detail"].startswith(f"{AGENT}/v1/responses answered 502")
     assert "unreachable" in reply.body["detail"]
+
+
+@pytest.mark.anyio
+async def test_responses_hands_the_resources_servers_cookie_back_to_the_caller():
+    async with episode_servers() as client:
+        seed = await client.post(COUNTER, "/seed_session", json=ROW)
+        reply = await client.post(AGENT, "/v1/responses", json=ROW["responses_create_params"], cookies=seed.cookies)
+        assert reply.status == 200, reply.text
+        assert f"{COUNTER}_session" in reply.cookies
+        verify = await client.post(COUNTER, "/verify", json={**ROW, "response": reply.body}, cookies=reply.cookies)
+    assert (verify.body["reward"], verify.body["count"]) == (1.0, 17)
+
+
+@pytest.mark.anyio
+async def test_run_passes_a_lost_session_on_as_410():
+    lost = FastAPI()
+
+    @lost.post("/seed_session")
+    async def seed_session() -> JSONResponse:
+        return JSONResponse({"detail": "worker w1 is gone"}, 410)
+
+    instances = gym_config.parse(config({"base_url": "http://127.0.0.1:9/v1"}))
+    client = ServerClient(instances)
+    async with serving(lost, instances[COUNTER].port), serving(SimpleAgent.for_instance(AGENT, instances).build_app(), instances[AGENT].port):
+        reply = await client.post(AGENT, "/run", json=ROW)
+    await client.close()
+    assert reply.status == 410
+    assert reply.body["detail"] == f'{COUNTER}/seed_session answered 410: {{"detail":"worker w1 is gone"}}'

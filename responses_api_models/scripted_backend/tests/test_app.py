@@ -22,7 +22,7 @@ async def backend():
     settings = {"entrypoint": "app.py", "host": "127.0.0.1", "port": port, "num_workers": 1}
     instances = {BACKEND: Instance(BACKEND, "responses_api_models", "scripted_backend", settings)}
     client = ServerClient(instances)
-    async with serving(ScriptedBackend(BACKEND, instances).build_app(), port):
+    async with serving(ScriptedBackend.for_instance(BACKEND, instances).build_app(), port):
         try:
             yield client
         finally:

@@ -71,7 +71,7 @@ async def model_server(base_url: str, **settings) -> AsyncIterator[ServerClient]
     instances = {MODEL: Instance(MODEL, "responses_api_models", "vllm_model", {"entrypoint": "app.py", "num_workers": 1, **config})}
     client = ServerClient(instances)
     try:
-        async with serving(VLLMModel(MODEL, instances).build_app(), port):
+        async with serving(VLLMModel.for_instance(MODEL, instances).build_app(), port):
             yield client
     finally:
         await client.close()
