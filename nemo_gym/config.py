@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nemo_gym import config_files, interpolation
+from nemo_gym import config_directives, config_files, interpolation
 from nemo_gym.config_files import ConfigError, Sources, instance_kind
 from nemo_gym.server_paths import INSTALL_ROOT, SERVER_TYPES, find_implementation, make_importable, search_roots
 
@@ -27,12 +27,13 @@ REPO_ROOT = INSTALL_ROOT
 DEFAULT_HOST = "127.0.0.1"
 INSTANCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 # Upstream's global keys: accepted and kept, never read as instances. Of these, this project acts on
-# config_paths only.
+# config_paths only. Upstream also reserves _inherit_from and _copy: here they are directives inside a
+# block (config_directives.py), and one at the top level is an error.
 RESERVED_KEYS = frozenset(
     """config_paths entrypoint default_host head_server disallowed_ports head_server_deps python_version
     pip_install_verbose use_absolute_ip uv_pip_set_python skip_venv_if_present hf_token ray_head_node_address
     port_range_low port_range_high dry_run model_endpoint_readiness_timeout_seconds allow_openai_version_skew
-    uv_cache_dir uv_venv_dir results_dir cache_dir _inherit_from _copy nemo_gym_log_dir verbose json query
+    uv_cache_dir uv_venv_dir results_dir cache_dir nemo_gym_log_dir verbose json query
     observability_enabled model_call_capture_dir token_id_capture component_name skip_verification
     skip_verification_reward error_on_almost_servers profiling_enabled profiling_results_dirpath
     uvicorn_logging_show_200_ok uvicorn_timeout_worker_healthcheck""".split()
@@ -140,9 +141,10 @@ def resolve(
     roots: list[Path] | None = None,
     initial: tuple[str, dict] | None = None,
 ) -> tuple[dict, Sources]:
-    """The merged config with every interpolation resolved, and the source of each key."""
+    """The merged config with its directives applied and every interpolation resolved, and the source of each key."""
     merged, sources = config_files.read(paths, search_roots() if roots is None else roots, overrides, initial)
-    return interpolation.resolve(merged, sources), sources
+    expanded = config_directives.apply(merged, sources)
+    return interpolation.resolve(expanded, sources), sources
 
 
 def load(

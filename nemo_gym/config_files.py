@@ -39,6 +39,12 @@ class Sources(dict):
         for path in key_paths(data):
             self[path] = source
 
+    def carry(self, source: str, target: str) -> None:
+        """Keys under ``target`` that have no source of their own take the one of the same key under ``source``."""
+        for path, file in list(self.items()):
+            if path == source or path.startswith(f"{source}."):
+                self.setdefault(target + path[len(source) :], file)
+
     def forget(self, name: str) -> None:
         for path in [path for path in self if path == name or path.startswith(f"{name}.")]:
             del self[path]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import requests
 
 from nemo_gym.config import REPO_ROOT, free_port
 
@@ -206,6 +207,62 @@ def test_eval_run_with_a_bad_agent_name_gives_a_clear_error(running_env, tmp_pat
     assert finished.returncode == 2
     assert "gym: error: --agent: no agent named 'counter_agnet'; agents: counter_agent" in finished.stderr
     assert "Traceback" not in finished.stderr
+
+
+BENCHMARK = "counter_benchmark"
+# A benchmark config written the upstream way: it takes the counter environment's blocks from the
+# environment's own config and renames them; the local keys win over the inherited ones.
+BENCHMARK_CONFIG = f"""
+config_paths:
+  - resources_servers/{COUNTER}/configs/{COUNTER}.yaml
+{BENCHMARK}_resources_server:
+  _inherit_from: {COUNTER}
+  resources_servers:
+    {COUNTER}:
+      num_workers: 1
+      domain: games
+{BENCHMARK}_simple_agent:
+  _inherit_from: {COUNTER}_simple_agent
+  responses_api_agents:
+    simple_agent:
+      resources_server:
+        name: {BENCHMARK}_resources_server
+"""
+
+
+def test_a_benchmark_config_that_inherits_the_counter_starts_it_under_its_new_name_and_serves_sessions(tmp_path):
+    config_path = tmp_path / "benchmark.yaml"
+    config_path.write_text(BENCHMARK_CONFIG)
+    env = start_env(config_path, tmp_path / "stderr.log")
+    try:
+        table = env.table()
+        assert set(table) == {f"{BENCHMARK}_resources_server", f"{BENCHMARK}_simple_agent", "policy_model", "scripted_backend", "head"}
+        assert table[f"{BENCHMARK}_resources_server"][2] == "1"
+        counter_url, agent_url = table[f"{BENCHMARK}_resources_server"][1], table[f"{BENCHMARK}_simple_agent"][1]
+        with requests.Session() as session:
+            assert session.post(f"{counter_url}/seed_session", json={"initial_count": 1}, timeout=30).status_code == 200
+            for count in (2, 3):
+                assert session.post(f"{counter_url}/increment_counter", json={"count": count}, timeout=30).json() == {"success": True}
+            assert session.post(f"{counter_url}/get_counter_value", json={}, timeout=30).json() == {"count": 6}
+        row = json.loads(DATA.read_text().splitlines()[0])
+        assert requests.post(f"{agent_url}/run", json=row, timeout=120).json()["reward"] == 1.0
+    finally:
+        stop_env(env)
+
+
+def test_env_start_with_a_directive_cycle_names_the_file_and_key_and_starts_nothing(tmp_path):
+    config_path = tmp_path / "cycle.yaml"
+    config_path.write_text(
+        f"counter_a:\n  _inherit_from: counter_b\n  resources_servers: {{{COUNTER}: {{}}}}\n"
+        f"counter_b:\n  _inherit_from: counter_a\n  resources_servers: {{{COUNTER}: {{}}}}\n"
+    )
+    arguments = ["env", "start", "--config", str(config_path), "--head-port", str(free_port())]
+    finished = subprocess.run(gym(*arguments), capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert finished.returncode == 2
+    assert f"gym: error: {config_path}: counter_a._inherit_from: " in finished.stderr
+    assert "counter_a -> counter_b -> counter_a" in finished.stderr
+    assert "Traceback" not in finished.stderr
+    assert finished.stdout == ""
 
 
 SCAFFOLD = "demo_env"
