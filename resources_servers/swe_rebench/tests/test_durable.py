@@ -10,7 +10,8 @@ from starlette.testclient import TestClient
 
 from nemo_gym.durable.store import SessionStore
 from nemo_gym.openai_utils import new_response
-from resources_servers.swe_rebench.app import MIB
+from resources_servers.swe_rebench.app import DEFAULT_TASKS_DIR, MIB
+from resources_servers.swe_rebench.sandbox import load_tasks
 from resources_servers.swe_rebench.sandbox_root import SANDBOX_UIDS, SandboxRoot
 from resources_servers.swe_rebench.sessions import sandbox_names
 from resources_servers.swe_rebench.tests.test_app import ROWS, make_server, sandboxes_left, seeded, verify
@@ -213,16 +214,16 @@ def test_ending_a_restored_session_removes_its_sandbox(sandbox_dir, exported, ad
     assert mounts_under(sandbox_dir) == []
 
 
-def test_a_sweep_spares_a_gone_workers_durable_sandboxes_and_removes_the_rest(sandbox_dir, tmp_path):
+def test_a_sweep_spares_a_gone_workers_durable_sandboxes_and_removes_the_rest(sandbox_dir):
     path = sandbox_dir
-    task = next(iter(make_server(tmp_path / "unused").tasks.values()))
+    task = load_tasks(DEFAULT_TASKS_DIR)["clamp_upper"]
     kept: set[str] = set()
     gone = SandboxRoot(path, disk_bytes=MIB, kept=lambda: kept)
     gone.open()
     durable, scratch = gone.make(task), gone.make(task)
     kept.add(f"{durable.root.parent.name}/{durable.root.name}")
     gone.close()
-    assert [p for p in path.glob("worker-*/sandbox-*")] == [durable.root] and mounts_under(path) == [durable.root]
+    assert list(path.glob("worker-*/sandbox-*")) == [durable.root] and mounts_under(path) == [durable.root]
     assert not scratch.root.exists()
     other = SandboxRoot(path, disk_bytes=MIB, kept=lambda: kept)
     other.open()
