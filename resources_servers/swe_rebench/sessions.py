@@ -34,7 +34,8 @@ class Sandboxes(dict[str, Sandbox]):
 
     def export(self, session_id: str) -> str | None:
         sandbox = self.get(session_id)
-        if sandbox is None:
+        # A sandbox still being seeded (another request of the session ends meanwhile) has nothing to keep yet.
+        if sandbox is None or not sandbox.base_commit:
             return None
         name = sandbox.root.relative_to(self.root.path).as_posix()
         return SandboxState(task_id=sandbox.task.task_id, sandbox=name, base_commit=sandbox.base_commit).model_dump_json()

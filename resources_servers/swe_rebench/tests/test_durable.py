@@ -88,9 +88,11 @@ def test_a_restored_session_continues_in_its_own_sandbox_jailed_as_before(sandbo
     assert not (sandbox_dir / json.loads(state)["sandbox"]).exists()
 
 
-def test_an_export_names_nothing_for_a_session_this_worker_does_not_hold(adopter):
+def test_an_export_names_nothing_for_a_session_this_worker_does_not_hold_or_is_still_seeding(adopter):
     server, _ = adopter
     assert server.sandboxes.export("never-seeded") is None
+    server.sandboxes["seeding"] = server.root.make(load_tasks(DEFAULT_TASKS_DIR)["clamp_upper"])
+    assert server.sandboxes.export("seeding") is None
 
 
 def test_a_restored_session_whose_sandbox_is_gone_gets_410_with_the_reason_never_a_fresh_sandbox(sandbox_dir, exported, adopter):
