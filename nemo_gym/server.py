@@ -69,6 +69,7 @@ class SimpleServer(BaseModel):
     _socket_dir: str | None = PrivateAttr(None)
     _forwarder: Forwarder | None = PrivateAttr(None)
     _placement: Placement | None = PrivateAttr(None)
+    _durable: DurableSessions | None = PrivateAttr(None)
 
     def __init__(self, *earlier_form: Any, **data: Any) -> None:
         """``Cls(config=..., server_client=...)``; the earlier form, ``Cls(name, instances)``, builds the
@@ -147,6 +148,11 @@ class SimpleServer(BaseModel):
     def placement(self) -> Placement | None:
         return self._placement
 
+    @property
+    def durable(self) -> DurableSessions | None:
+        """This worker's durable sessions (its side of the store), once the app is built; None when they are off."""
+        return self._durable
+
     @functools.cached_property
     def secret(self) -> str:
         return session_secret(self.name, self.config.session_secret)
@@ -195,7 +201,7 @@ class SimpleServer(BaseModel):
         app = self.setup_webserver()
         app.add_middleware(ServerErrorsAsJson)
         states = self.session_states() if self._worker_id is not None and self.config.durable_sessions else None
-        durable = None if states is None else DurableSessions(SessionStore(store_path(self.name)), states, self._worker_id)
+        durable = self._durable = None if states is None else DurableSessions(SessionStore(store_path(self.name)), states, self._worker_id)
         if durable is not None:
             app.add_middleware(WriteThrough, sessions=durable, end_paths=self.session_end_paths, tokens=token_serializer(self.secret))
         app.add_middleware(SessionIdMiddleware, owner=self._worker_id)

@@ -5,8 +5,12 @@ size-capped tmpfs of its own, under this worker's locked part of the instance's 
 it in a dict keyed by session id. Every tool runs as a bounded subprocess inside the sandbox's jail
 (``jail.py``), which shows that repository and nothing else of the host. ``/verify`` pops the sandbox,
 takes the patch as ``git diff`` against the seed commit (in the jail), applies it to a fresh copy of the
-task in a fresh sandbox, runs the hidden tests there (jailed too), and removes both. Sandboxes never
-verified go when the server stops; those of a killed worker when the server next starts or stops.
+task in a fresh sandbox, runs the hidden tests there (jailed too), and removes both.
+
+With durable sessions (on when routed, ``nemo_gym.durable``), each session's sandbox is stored by name
+(``sessions.py``) and outlives its worker and a restart: sweeps spare the sandboxes the store names, and
+a worker that adopts a session re-attaches its sandbox where it is. Without, sandboxes never verified
+go when the server stops; those of a killed worker when the server next starts or stops.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from resources_servers.swe_rebench.sandbox import (
     run_process,
 )
 from resources_servers.swe_rebench.sandbox_root import SandboxRoot
+from resources_servers.swe_rebench.sessions import Sandboxes, sandbox_names
 
 DEFAULT_TASKS_DIR = Path(__file__).resolve().parent / "data" / "tasks"
 MAX_FILE_CHARS = 1_000_000
@@ -167,12 +172,12 @@ class SweRebenchServer(SimpleResourcesServer):
         root = Path(self.config.sandbox_dir or Path(tempfile.gettempdir()) / f"swe_rebench-{self.name}").resolve()
         if self.config.unsafe_no_jail:
             self.jail: Jail | NoJail = NoJail()
-            self.root = SandboxRoot(root, disk_bytes=None)
+            self.root = SandboxRoot(root, disk_bytes=None, kept=self.durable_sandboxes)
         else:
             limits = Limits(self.config.max_disk_mb * MIB, self.config.max_memory_mb * MIB, self.config.max_processes)
             self.jail = Jail(self.config.bwrap, limits, hidden=[self.tasks_dir, root, state_dir().resolve()])
-            self.root = SandboxRoot(root, disk_bytes=limits.disk_bytes)
-        self.sandboxes: dict[str, Sandbox] = {}
+            self.root = SandboxRoot(root, disk_bytes=limits.disk_bytes, kept=self.durable_sandboxes)
+        self.sandboxes = Sandboxes(self.root, self.tasks)
         self.process_slots = asyncio.Semaphore(self.config.max_concurrent_processes)
 
     def setup_webserver(self) -> FastAPI:
@@ -183,16 +188,23 @@ class SweRebenchServer(SimpleResourcesServer):
         app.post("/run_tests")(self.run_tests)
         return app
 
+    def session_states(self) -> Sandboxes:
+        return self.sandboxes
+
+    def durable_sandboxes(self) -> set[str]:
+        """The sandboxes of the sessions in the store, which sweeps spare; none without durable sessions."""
+        return set() if self.durable is None else sandbox_names(stored.state for stored in self.durable.store.all())
+
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         self.root.open()
         try:
             self.check_jail()
-            # Swept after the base lifespan ends, when no request (forwarded ones included) can make another.
             async with super().lifespan(app):
                 yield
         finally:
-            self.remove_all_sandboxes()
+            # Swept after the base lifespan ends, when no request (forwarded ones included) can make another:
+            # every sandbox of this worker goes but those of durable sessions.
             self.root.close()
 
     def check_jail(self) -> None:
@@ -208,11 +220,6 @@ class SweRebenchServer(SimpleResourcesServer):
             self.jail.check(probe)
         finally:
             probe.remove()
-
-    def remove_all_sandboxes(self) -> None:
-        """Remove the sandboxes of sessions that never verified (the server is stopping)."""
-        while self.sandboxes:
-            self.sandboxes.popitem()[1].remove()
 
     async def run(
         self,
@@ -236,8 +243,12 @@ class SweRebenchServer(SimpleResourcesServer):
             )
 
     def sandbox_of(self, request: Request) -> Sandbox:
-        sandbox = self.sandboxes.get(request.session[SESSION_ID_KEY])
+        session_id = request.session[SESSION_ID_KEY]
+        sandbox = self.sandboxes.get(session_id)
         if sandbox is None:
+            lost = self.sandboxes.lost.get(session_id)
+            if lost is not None:
+                raise HTTPException(410, lost)
             raise HTTPException(404, "this session has no sandbox: call /seed_session first (or it was already verified)")
         return sandbox
 
@@ -252,6 +263,7 @@ class SweRebenchServer(SimpleResourcesServer):
         if task is None:
             raise HTTPException(422, f"unknown task_id {body.task_id!r}; known: {', '.join(self.tasks)}")
         session_id = request.session[SESSION_ID_KEY]
+        self.sandboxes.lost.pop(session_id, None)
         previous = self.sandboxes.pop(session_id, None)
         if previous is not None:
             await asyncio.to_thread(previous.remove)
@@ -307,7 +319,10 @@ class SweRebenchServer(SimpleResourcesServer):
         return RunTestsResponse(**vars(result), passed=result.ok)
 
     async def verify(self, request: Request, body: SweRebenchVerifyRequest) -> SweRebenchVerifyResponse:
-        sandbox = self.sandboxes.pop(request.session[SESSION_ID_KEY], None)
+        session_id = request.session[SESSION_ID_KEY]
+        sandbox = self.sandboxes.pop(session_id, None)
+        if sandbox is None and session_id in self.sandboxes.lost:
+            raise HTTPException(410, self.sandboxes.lost[session_id])
         if sandbox is None:
             grade = Grade(
                 reason=f"no sandbox for this session in worker {os.getpid()}: it was never seeded here, was already "

@@ -2,9 +2,12 @@
 
 Layout: ``<root>/worker-*/sandbox-*/repo``. A worker holds an exclusive ``flock`` on its own directory
 for its whole life, so a directory whose lock can be taken belongs to a worker that is gone (killed with
-SIGKILL, say): it is swept, mounts and all, when any worker of the instance starts or stops. Taking a
-worker directory and sweeping both happen under a lock on the root itself, so a starting worker is never
-swept between making its directory and locking it. The last worker to stop removes the root.
+SIGKILL, say, or stopped): it is swept, mounts and all, when any worker of the instance starts or stops.
+A sweep spares the sandboxes that ``kept`` names (by ``worker-*/sandbox-*``): those of durable sessions,
+which another worker adopts, or the server after a restart, where they are (``reattach``); a gone
+worker's directory goes once nothing in it is kept. Taking a worker directory and sweeping both happen
+under a lock on the root itself, so a starting worker is never swept between making its directory and
+locking it. The last worker to stop removes the root, unless durable sandboxes are left in it.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import secrets
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
 from resources_servers.swe_rebench.sandbox import Sandbox, Task
@@ -23,13 +27,25 @@ from resources_servers.swe_rebench.tmpfs import mount_tmpfs, remove_tree
 # Each jailed sandbox runs as a uid of its own drawn from here (far above real users and the usual
 # subordinate-id ranges), so the process cap of one sandbox is never spent by another.
 SANDBOX_UIDS = range(2**30, 2**31)
+# A sandbox's name under the root, as ``make`` gives it (``mkdtemp`` draws from letters, digits and ``_``).
+SANDBOX_NAME = re.compile(r"worker-[a-z0-9_]+/sandbox-[a-z0-9_]+")
+
+
+class SandboxGone(ValueError):
+    """A sandbox named for re-attaching is not there, or is not a sandbox of this root."""
+
+
+def is_sandbox_name(name: str) -> bool:
+    return SANDBOX_NAME.fullmatch(name) is not None
 
 
 class SandboxRoot:
-    def __init__(self, path: Path, disk_bytes: int | None) -> None:
-        """``disk_bytes``: each sandbox is a tmpfs of that size owned by a uid of its own; None: a plain directory."""
+    def __init__(self, path: Path, disk_bytes: int | None, kept: Callable[[], Collection[str]] = frozenset) -> None:
+        """``disk_bytes``: each sandbox is a tmpfs of that size owned by a uid of its own; None: a plain directory.
+        ``kept``: the names (``worker-*/sandbox-*``) of the sandboxes sweeps spare."""
         self.path = path
         self.disk_bytes = disk_bytes
+        self.kept = kept
         self.worker_dir: Path | None = None
         self.worker_lock: int | None = None
 
@@ -42,10 +58,9 @@ class SandboxRoot:
             fcntl.flock(self.worker_lock, fcntl.LOCK_EX)
 
     def close(self) -> None:
-        """Remove this worker's directory and whatever gone workers left; the root too, once nothing is in it."""
+        """Give up this worker's directory and sweep it with those of gone workers; the root too, once nothing is in it."""
         with self.locked():
-            if self.worker_dir is not None:
-                remove_tree(self.worker_dir)
+            if self.worker_lock is not None:
                 os.close(self.worker_lock)
                 self.worker_dir = self.worker_lock = None
             self.sweep()
@@ -69,8 +84,28 @@ class SandboxRoot:
             raise
         return sandbox
 
+    def reattach(self, name: str, task: Task) -> Sandbox:
+        """The sandbox ``name`` made earlier, by this worker or another, maybe before a restart; ``SandboxGone`` if it
+        is not there. Only a directory of this root is taken, and, jailed, only a sandbox's tmpfs, whose owner is the
+        uid its commands run as: a forged name can neither reach outside the root nor pick the uid."""
+        if not is_sandbox_name(name):
+            raise SandboxGone(f"{name!r} is not a sandbox of this server's root {self.path} (worker-*/sandbox-*); refused")
+        root = self.path / name
+        if root.resolve() != root:
+            raise SandboxGone(f"{name} leads out of this server's root {self.path} through a symlink; refused")
+        if not (root / "repo").is_dir() or (root / "repo").is_symlink():
+            raise SandboxGone(f"sandbox {name} is gone from {self.path} (removed, or its tmpfs lost with a reboot)")
+        sandbox = Sandbox(task, root)
+        if self.disk_bytes is not None:
+            owner = root.stat().st_uid
+            if not os.path.ismount(root) or owner not in SANDBOX_UIDS:
+                raise SandboxGone(f"{name} in {self.path} is not a jailed sandbox (a tmpfs owned by a sandbox uid); refused")
+            sandbox.uid = owner
+        return sandbox
+
     def sweep(self) -> None:
-        """Remove the directories of workers that are gone: those whose lock nobody holds."""
+        """Remove the directories of workers that are gone (those whose lock nobody holds), sparing kept sandboxes."""
+        kept = set(self.kept())
         for entry in self.path.iterdir():
             if not entry.is_dir() or entry.is_symlink():
                 continue
@@ -80,9 +115,19 @@ class SandboxRoot:
             except BlockingIOError:
                 continue
             else:
-                remove_tree(entry)
+                self.empty(entry, kept)
             finally:
                 os.close(lock)
+
+    def empty(self, worker_dir: Path, kept: set[str]) -> None:
+        """Remove a gone worker's directory but for its kept sandboxes."""
+        spared = {name.partition("/")[2] for name in kept if name.partition("/")[0] == worker_dir.name}
+        if not spared:
+            remove_tree(worker_dir)
+            return
+        for sandbox in worker_dir.iterdir():
+            if sandbox.name not in spared:
+                remove_tree(sandbox)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:

@@ -1,4 +1,4 @@
-"""swe_rebench as real processes: a SIGKILLed worker's sandboxes are swept, nothing is left after a stop, no bwrap no start."""
+"""swe_rebench as real processes: a SIGKILLed worker's sandboxes are swept (durable ones: test_swe_rebench_durable.py), nothing is left after a stop, no bwrap no start."""
 
 from __future__ import annotations
 
@@ -41,9 +41,9 @@ def assert_nothing_left(sandbox_dir: Path) -> None:
     assert mounts_under(sandbox_dir) == []
 
 
-def test_a_sigkilled_workers_sandboxes_are_swept_and_nothing_is_left_after_the_stop(start_servers, tmp_path):
+def test_without_durable_sessions_a_sigkilled_workers_sandboxes_are_swept_and_nothing_is_left_after_the_stop(start_servers, tmp_path):
     sandbox_dir = tmp_path / "sandboxes"
-    launcher = start_servers(swe_alone(sandbox_dir, num_workers=2))
+    launcher = start_servers(swe_alone(sandbox_dir, num_workers=2, durable_sessions=False))
     url = launcher.instances[SWE].url
     holders = [seed(url) for _ in range(12)]
     assert len(set(holders)) == 2, holders
