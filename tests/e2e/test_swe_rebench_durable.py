@@ -1,4 +1,5 @@
-"""swe_rebench's durable sessions end to end: 200 sessions at 8 workers outlive two SIGKILLed workers and a whole-server restart."""
+"""swe_rebench's durable sessions end to end: 200 sessions at 8 workers outlive two SIGKILLed workers and a whole-server
+restart (at 2 workers, so the owners the cookies name are gone and every session is taken over by a new worker)."""
 
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def test_200_sessions_outlive_two_sigkilled_workers_and_a_restart_all_score_and_
     launcher.stop()
     # The whole server stopped: every durable session's sandbox is still there, mounted, for the next start.
     assert len(sandboxes_in(sandbox_dir)) == EPISODES and len(mounts_under(sandbox_dir)) == EPISODES
-    launcher = start_servers(config, env)
+    launcher = start_servers(swe_alone(sandbox_dir, num_workers=2), env)
     verify = [{**row, "response": new_response().model_dump(mode="json")} for row in rows]
     verdicts = each_session(launcher, jars, "/verify", verify)
     assert orphaned > KILLED and statuses(verdicts) == {200: EPISODES}, [body for status, body in verdicts if status != 200][:3]
