@@ -14,11 +14,10 @@ from fastapi.responses import JSONResponse
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from starlette.middleware.sessions import SessionMiddleware
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from nemo_gym import config as gym_config
 from nemo_gym.body_limit import BodyLimit
-from nemo_gym.client import ServerClient as ReadingClient
 from nemo_gym.client import config_of
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.adoption import Adopter
@@ -71,14 +70,6 @@ class SimpleServer(BaseModel):
     _placement: Placement | None = PrivateAttr(None)
     _durable: DurableSessions | None = PrivateAttr(None)
 
-    def __init__(self, *earlier_form: Any, **data: Any) -> None:
-        """``Cls(config=..., server_client=...)``; the earlier form, ``Cls(name, instances)``, builds the
-        same server with the reading client, for the servers and tests not yet moved to upstream's style."""
-        if earlier_form:
-            name, instances = earlier_form
-            data = {"config": self.validate_config(name, instances[name].settings), "server_client": ReadingClient(instances)}
-        super().__init__(**data)
-
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
@@ -102,14 +93,9 @@ class SimpleServer(BaseModel):
         return cls.validate_config(name, OmegaConf.to_container(settings, resolve=True))
 
     @classmethod
-    def from_environment(cls, client_class: type[ServerClient] = ServerClient) -> "SimpleServer":
+    def from_environment(cls) -> "SimpleServer":
         """Build the server the launcher described in this process's environment."""
-        if client_class is ServerClient:
-            client = ServerClient.load_from_global_config()
-        else:
-            data = OmegaConf.to_container(get_global_config_dict(), resolve=True)
-            client = client_class(gym_config.parse(data, check_ports=False))
-        return cls(config=cls.load_config_from_global_config(), server_client=client)
+        return cls(config=cls.load_config_from_global_config(), server_client=ServerClient.load_from_global_config())
 
     @classmethod
     def for_instance(cls, name: str, instances: dict[str, gym_config.Instance]) -> "SimpleServer":
@@ -245,11 +231,7 @@ class SimpleServer(BaseModel):
 
 
 def find_server_class(module: ModuleType) -> type[SimpleServer]:
-    """The server a module defines: its ``ServerApp``'s class, else the one server class defined in it
-    that no other class of the module extends."""
-    app = getattr(module, "app", None)
-    if isinstance(app, ServerApp):
-        return app.server_class
+    """The server a module defines: the one server class defined in it that no other class of the module extends."""
     defined = [
         value
         for value in vars(module).values()
@@ -260,22 +242,3 @@ def find_server_class(module: ModuleType) -> type[SimpleServer]:
         found = ", ".join(cls.__name__ for cls in leaves) or "none"
         raise LookupError(f"{module.__name__} must define exactly one server class (a SimpleServer subclass); found {found}")
     return leaves[0]
-
-
-class ServerApp:
-    """The module-level ``app`` of servers not yet moved to upstream's style (the launcher needs none).
-
-    It is built on first use from the config the launcher put in the environment, so importing the
-    module starts nothing. Its server gets the reading client (``nemo_gym.client.ServerClient``,
-    whose calls return a ``ServerReply``) as ``server_client``, which is what those servers call.
-    """
-
-    def __init__(self, server_class: type[SimpleServer]) -> None:
-        self.server_class = server_class
-        self._app: ASGIApp | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._app is None:
-            self._app = self.server_class.from_environment(ReadingClient).build_app()
-        await self._app(scope, receive, send)
-

@@ -24,6 +24,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
 from pydantic import BaseModel, Field
@@ -37,7 +38,6 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.server import ServerApp
 from nemo_gym.signing_secret import state_dir
 from resources_servers.swe_rebench.jail import Jail, Limits, NoJail
 from resources_servers.swe_rebench.sandbox import (
@@ -162,11 +162,10 @@ class Grade:
 
 
 class SweRebenchServer(SimpleResourcesServer):
-    config_class = SweRebenchConfig
     config: SweRebenchConfig
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)
         self.tasks_dir = Path(self.config.tasks_dir).resolve()
         self.tasks = load_tasks(self.tasks_dir)
         root = Path(self.config.sandbox_dir or Path(tempfile.gettempdir()) / f"swe_rebench-{self.name}").resolve()
@@ -376,4 +375,5 @@ def describe(result: ProcessResult) -> str:
     return f"exit code {result.exit_code}: {result.output.strip()}"
 
 
-app = ServerApp(SweRebenchServer)
+if __name__ == "__main__":
+    SweRebenchServer.run_webserver()

@@ -27,7 +27,7 @@ def server(sandbox_dir):
 
 def make_server(sandbox_dir, **settings) -> SweRebenchServer:
     data = {"swe_rebench": {"resources_servers": {"swe_rebench": {"sandbox_dir": str(sandbox_dir), **settings}}}}
-    return SweRebenchServer("swe_rebench", gym_config.parse(data))
+    return SweRebenchServer.for_instance("swe_rebench", gym_config.parse(data))
 
 
 @pytest.fixture
