@@ -68,7 +68,7 @@ def test_a_config_with_both_base_url_and_backend_server_is_refused_naming_the_ke
 async def model_server(base_url: str, **settings) -> AsyncIterator[ServerClient]:
     """The vllm_model server on a free port in front of ``base_url``; yields a client that reaches it."""
     port = free_port()
-    config = {"host": "127.0.0.1", "port": port, "base_url": base_url, "model": "m", "timeout_seconds": 0.5, **settings}
+    config = {"host": "127.0.0.1", "port": port, "base_url": base_url, "model": "m", "timeout_seconds": 30, **settings}
     instances = {MODEL: Instance(MODEL, "responses_api_models", "vllm_model", {"entrypoint": "app.py", "num_workers": 1, **config})}
     client = ServerClient(instances)
     try:

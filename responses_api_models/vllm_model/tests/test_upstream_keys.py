@@ -102,6 +102,12 @@ async def test_interleaved_reasoning_sends_past_reasoning_on_the_assistant_messa
 
 
 @pytest.mark.anyio
+async def test_reasoning_followed_by_no_assistant_turn_goes_back_as_an_assistant_message_of_its_own():
+    [request] = await sent({"input": [ASKED, REASONING]})
+    assert request["body"]["messages"][-1] == {"role": "assistant", "content": "", "reasoning_content": "1 + 1 is 2.", "reasoning": "1 + 1 is 2."}
+
+
+@pytest.mark.anyio
 async def test_without_interleaved_reasoning_past_reasoning_is_left_out():
     [request] = await sent({"input": [ASKED, REASONING, SAID]}, uses_interleaved_reasoning=False)
     assert request["body"]["messages"][1] == {"role": "assistant", "content": "2."}
