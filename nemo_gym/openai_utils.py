@@ -261,8 +261,9 @@ def accumulate_response_usage(total: Optional[ResponseUsage], step: Optional[Res
 
 
 class NeMoGymChatCompletionMessage(ChatCompletionMessage):
-    # vLLM's reasoning parsers put the model's thinking here.
+    # vLLM's reasoning parsers put the model's thinking here (reasoning_content before vLLM 0.16, reasoning after).
     reasoning_content: Optional[str] = None
+    reasoning: Optional[str] = None
 
 
 class NeMoGymChoice(Choice):

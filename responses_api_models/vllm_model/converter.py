@@ -1,14 +1,14 @@
 """Responses API requests to chat completions requests, and chat completions back to Responses API responses.
 
 What a chat backend has no counterpart for is left out: hosted tools (only function tools go on),
-reasoning items and other non-message items of the input, and the parameters about OpenAI's own
-hosting (``store``, ``previous_response_id``, ``truncation``, ``include``, ...).
+non-message items of the input other than function calls, their outputs and reasoning, and the
+parameters about OpenAI's own hosting (``store``, ``previous_response_id``, ``truncation``, ``include``, ...).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -30,6 +30,10 @@ from nemo_gym.openai_utils import (
 
 # Why a chat completion stopped early -> why the response is incomplete.
 INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+# How past reasoning items go back to the backend: as vLLM's reasoning fields of the assistant message
+# they preceded, inline in its content between <think> tags, or not at all.
+PastReasoning = Literal["fields", "inline", "drop"]
 
 
 class BackendError(ValueError):
@@ -65,24 +69,46 @@ def said(message: NeMoGymResponseOutputMessage) -> str:
     return "".join(part.text if part.type == "output_text" else part.refusal for part in message.content)
 
 
-def chat_messages(body: NeMoGymResponseCreateParamsNonStreaming) -> list[dict[str, Any]]:
+def assistant_turn(content: str | None, thoughts: list[str], past_reasoning: PastReasoning) -> dict[str, Any]:
+    """An assistant message with the reasoning that preceded it."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if thoughts and past_reasoning == "fields":
+        # vLLM before 0.16 reads reasoning_content, later versions reasoning.
+        message["reasoning_content"] = message["reasoning"] = "\n".join(thoughts)
+    elif thoughts and past_reasoning == "inline":
+        message["content"] = "".join(f"<think>{thought}</think>" for thought in thoughts) + (content or "")
+    return message
+
+
+def chat_messages(
+    body: NeMoGymResponseCreateParamsNonStreaming, developer_as_system: bool = False, past_reasoning: PastReasoning = "drop"
+) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
+    thoughts: list[str] = []  # reasoning summaries waiting for the assistant turn they preceded
     if body.instructions:
         messages.append({"role": "system", "content": body.instructions})
-    for item in body.input_items():
-        if isinstance(item, NeMoGymEasyInputMessage):
-            messages.append({"role": item.role, "content": chat_content(item.content)})
-        elif isinstance(item, NeMoGymResponseOutputMessage):
-            messages.append({"role": "assistant", "content": said(item)})
+    for item in [*body.input_items(), None]:
+        if isinstance(item, NeMoGymResponseReasoningItem):
+            thoughts += [part.text for part in item.summary]
+            continue
+        if isinstance(item, NeMoGymResponseOutputMessage):
+            messages.append(assistant_turn(said(item), thoughts, past_reasoning))
         elif isinstance(item, NeMoGymResponseFunctionToolCall):
             call = {"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
-            if messages and messages[-1]["role"] == "assistant":
+            if messages and messages[-1]["role"] == "assistant" and not thoughts:
                 messages[-1].setdefault("tool_calls", []).append(call)
             else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+                messages.append({**assistant_turn(None, thoughts, past_reasoning), "tool_calls": [call]})
+        elif thoughts and past_reasoning != "drop":
+            # A turn of reasoning alone, followed by no assistant message or call (None ends the input).
+            messages.append(assistant_turn("", thoughts, past_reasoning))
+        if isinstance(item, NeMoGymEasyInputMessage):
+            role = "system" if developer_as_system and item.role == "developer" else item.role
+            messages.append({"role": role, "content": chat_content(item.content)})
         elif isinstance(item, NeMoGymFunctionCallOutput):
             output = item.output if isinstance(item.output, str) else "".join(getattr(part, "text", "") for part in item.output)
             messages.append({"role": "tool", "tool_call_id": item.call_id, "content": output})
+        thoughts = []
     return messages
 
 
@@ -97,9 +123,14 @@ def response_format(body: NeMoGymResponseCreateParamsNonStreaming) -> dict[str, 
     return {"type": form.type}
 
 
-def to_chat_request(body: NeMoGymResponseCreateParamsNonStreaming, model: str) -> NeMoGymChatCompletionCreateParamsNonStreaming:
+def to_chat_request(
+    body: NeMoGymResponseCreateParamsNonStreaming,
+    model: str,
+    developer_as_system: bool = False,
+    past_reasoning: PastReasoning = "drop",
+) -> NeMoGymChatCompletionCreateParamsNonStreaming:
     """Translate a Responses API request into a chat completions request."""
-    request: dict[str, Any] = {"model": body.model or model, "messages": chat_messages(body)}
+    request: dict[str, Any] = {"model": body.model or model, "messages": chat_messages(body, developer_as_system, past_reasoning)}
     tools = [
         {"type": "function", "function": tool.model_dump(include={"name", "description", "parameters", "strict"}, exclude_none=True)}
         for tool in body.tools
@@ -134,8 +165,9 @@ def from_chat_response(data: Any, body: NeMoGymResponseCreateParamsNonStreaming)
         raise BackendError(f"not a chat completion ({error!r}): {json.dumps(data)[:500]}") from None
     message = choice.message
     output: list[Any] = []
-    if message.reasoning_content:
-        summary = [{"type": "summary_text", "text": message.reasoning_content}]
+    reasoning = message.reasoning_content or message.reasoning
+    if reasoning:
+        summary = [{"type": "summary_text", "text": reasoning}]
         output.append(NeMoGymResponseReasoningItem(id=new_id("rs"), summary=summary, status="completed"))
     parts = [NeMoGymResponseOutputText(text=message.content)] if message.content else []
     parts += [{"type": "refusal", "refusal": message.refusal}] if message.refusal else []

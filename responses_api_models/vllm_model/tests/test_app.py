@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response as RawResponse
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
 from nemo_gym.config import ConfigError, Instance, free_port
+from nemo_gym.openai_utils import NeMoGymResponseOutputMessage, NeMoGymResponseOutputText, new_response
 from responses_api_models.vllm_model.app import VLLMModel
 from tests.unit_tests.in_process_server import serving
 
@@ -67,7 +68,7 @@ def test_a_config_with_both_base_url_and_backend_server_is_refused_naming_the_ke
 async def model_server(base_url: str, **settings) -> AsyncIterator[ServerClient]:
     """The vllm_model server on a free port in front of ``base_url``; yields a client that reaches it."""
     port = free_port()
-    config = {"host": "127.0.0.1", "port": port, "base_url": base_url, "model": "m", "timeout_seconds": 0.5, **settings}
+    config = {"host": "127.0.0.1", "port": port, "base_url": base_url, "model": "m", "timeout_seconds": 30, **settings}
     instances = {MODEL: Instance(MODEL, "responses_api_models", "vllm_model", {"entrypoint": "app.py", "num_workers": 1, **config})}
     client = ServerClient(instances)
     try:
@@ -78,14 +79,23 @@ async def model_server(base_url: str, **settings) -> AsyncIterator[ServerClient]
 
 
 def backend(reply: RawResponse | None = None) -> tuple[FastAPI, list[dict]]:
-    """A chat completions backend that records each request; answers ``reply`` or a plain completion."""
+    """A chat completions (and Responses API) backend that records each request; answers ``reply`` or a plain answer."""
     app = FastAPI()
     seen: list[dict] = []
 
+    async def record(request: Request) -> None:
+        headers = dict(request.headers)
+        seen.append({"path": request.url.path, "body": await request.json(), "headers": headers, "authorization": headers.get("authorization")})
+
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> RawResponse:
-        seen.append({"body": await request.json(), "authorization": request.headers.get("authorization")})
+        await record(request)
         return reply or JSONResponse(completion({"role": "assistant", "content": "Hello."}))
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> RawResponse:
+        await record(request)
+        return reply or JSONResponse(new_response(output=[NeMoGymResponseOutputMessage(content=[NeMoGymResponseOutputText(text="Hello.")])]).model_dump(mode="json"))
 
     return app, seen
 
