@@ -179,8 +179,9 @@ def test_of_eight_workers_receiving_an_orphaned_session_at_once_exactly_one_adop
         adopters = {owner_of({COOKIE: cookie}) for _, cookie in replies}
         assert len(adopters) == 1
         owner, revision, state = rows(tmp_path)[session_id_of(jar)]
-        # Seeded at 0 (revision 1), taken over once (2), then one write per increment: one consistent count.
-        assert (owner, revision, state) == (adopters.pop(), 2 + RACERS, str(RACERS))
+        # Seeded at 0 (revision 1), taken over once (2), then a write per group of increments committed
+        # together: one consistent count.
+        assert (owner, state) == (adopters.pop(), str(RACERS)) and 2 < revision <= 2 + RACERS
     finally:
         launcher.stop()
 
