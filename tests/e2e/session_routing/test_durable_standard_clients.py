@@ -1,7 +1,9 @@
 """Standard clients against the durable counter at 4 workers: adoption after a SIGKILL, and Set-Cookie on errors.
 
 The counter starts once for the module; each test runs one client (``standard_clients``, keeping its
-cookies its own way, on kept-alive connections). What a client sent is read as the router reads it.
+cookies its own way). Where a worker is killed, every request opens a new connection: one kept alive
+to the killed worker would fail in the client, before any server could answer. What a client sent is
+read as the router reads it.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def verify(number: int) -> tuple[str, dict]:
 @pytest.mark.parametrize("client", sorted(CLIENTS))
 def test_sessions_of_a_sigkilled_owner_are_adopted_score_and_the_clients_next_cookie_names_the_adopter(counter, state_dir, client):
     async def scenario() -> tuple[str, list[dict], list[Reply], list[dict], dict[str, str], list[Reply]]:
-        async with CLIENTS[client](counter.instances[COUNTER].url, False) as episode_post, contextlib.AsyncExitStack() as stack:
+        async with CLIENTS[client](counter.instances[COUNTER].url, True) as episode_post, contextlib.AsyncExitStack() as stack:
             posts = [await stack.enter_async_context(episode_post()) for _ in range(SESSIONS)]
             seeded = await each(posts, lambda number: ("/seed_session", {"initial_count": number}))
             added = await each(posts, lambda number: ("/increment_counter", {"count": 1}))
@@ -127,7 +129,7 @@ def test_a_session_lost_with_its_owner_gets_410_and_no_cookie(counter, client):
     """A session that kept no durable state (never seeded) is gone with its owner's process."""
 
     async def scenario() -> tuple[str, Reply]:
-        async with CLIENTS[client](counter.instances[COUNTER].url, False) as episode_post:
+        async with CLIENTS[client](counter.instances[COUNTER].url, True) as episode_post:
             async with episode_post() as post:
                 first = await post("/get_counter_value", {})
                 owner = set_session(first)[OWNER_KEY]
