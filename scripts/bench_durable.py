@@ -17,13 +17,14 @@ from pathlib import Path
 from nemo_gym import config as gym_config
 from nemo_gym.durable.store import SessionStore
 from nemo_gym.launcher import Launcher
-from scripts.bench_routing import alternate, counter_episode, median
+from scripts.bench_routing import alternate, counter_episode, median, resource_server
 
 COUNTER = "example_session_state_mgmt"
 
 
 def counter(durable: bool, workers: int) -> dict:
-    return {"resources_servers": {COUNTER: {"entrypoint": "app.py", "num_workers": workers, "durable_sessions": durable}}}
+    """With the benchmark's own secret, by which it reads the owner in each cookie."""
+    return resource_server(COUNTER, num_workers=workers, durable_sessions=durable)
 
 
 def throughput(args: argparse.Namespace, state_dir: str) -> None:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from nemo_gym.durable.states import DurableState
-from nemo_gym.durable.store import SessionStore, StoredSession
+from nemo_gym.durable.store import SessionStore, SessionTaken, StoredSession
 
 
 class DurableSessions:
     """Keeps the store in step with a server's in-memory state, for the sessions this worker owns.
 
     ``written`` is what the store holds for each of them, so a request that changed nothing writes nothing.
+    Writes are group-committed: the states of every request that finishes while the store is busy (or in
+    the same turn of the event loop) go in one transaction, and each request returns once it is committed.
+    ``pending`` is each session's state handed to a group not yet committed, with that group's outcome.
     """
 
     def __init__(self, store: SessionStore, states: DurableState, owner: str | None) -> None:
@@ -17,28 +21,68 @@ class DurableSessions:
         self.states = states
         self.owner = owner
         self.written: dict[str, str] = {}
+        self.pending: dict[str, tuple[str | None, asyncio.Future[set[str]]]] = {}
+        self.gathering: dict[str, str | None] = {}
+        self.gathered: asyncio.Future[set[str]] | None = None
+        self.committer: asyncio.Task | None = None
 
     def holds(self, session_id: str) -> bool:
         """Whether the store has this worker as the session's owner."""
         return session_id in self.written
 
-    def save(self, session_id: str) -> None:
-        """Write the session's state if it changed; a state the server dropped deletes the row."""
-        state = self.states.export(session_id)
-        if state == self.written.get(session_id):
-            return
-        if state is None:
-            self.store.delete(session_id)
-            del self.written[session_id]
-            return
-        self.store.write(session_id, self.owner, state)
-        self.written[session_id] = state
+    async def save(self, session_ids: list[str]) -> None:
+        """Write the states that changed (a state the server dropped deletes the row); returns once they,
+        and any earlier write of the same state, are committed. Raises ``SessionTaken`` for a session
+        another worker owns in the store."""
+        waits = set()
+        for session_id in session_ids:
+            state = self.states.export(session_id)
+            pending = self.pending.get(session_id)
+            if pending is not None and pending[0] == state:
+                waits.add(pending[1])
+            elif pending is not None or state != self.written.get(session_id):
+                waits.add(self.gather(session_id, state))
+        for group in waits:
+            taken = await asyncio.shield(group)
+            if taken & set(session_ids):
+                raise SessionTaken(f"a session of {sorted(session_ids)} belongs to another worker in the store {self.store.path}")
+
+    def gather(self, session_id: str, state: str | None) -> asyncio.Future[set[str]]:
+        if self.gathered is None:
+            self.gathered = asyncio.get_running_loop().create_future()
+        if self.committer is None:
+            self.committer = asyncio.create_task(self.commit_groups())
+        self.gathering[session_id] = state
+        self.pending[session_id] = (state, self.gathered)
+        return self.gathered
+
+    async def commit_groups(self) -> None:
+        """Commit the gathered group, then the one gathered meanwhile, until none is left."""
+        try:
+            while self.gathering:
+                group, outcome = self.gathering, self.gathered
+                self.gathering, self.gathered = {}, None
+                try:
+                    async with self.store.turn():
+                        taken = self.store.write_all(self.owner, group)
+                except Exception as error:
+                    taken = set(group)
+                    outcome.set_exception(error)
+                else:
+                    outcome.set_result(taken)
+                for session_id, state in group.items():
+                    if self.pending.get(session_id, (None, None))[1] is outcome:
+                        del self.pending[session_id]
+                    if state is None or session_id in taken:
+                        self.written.pop(session_id, None)
+                    else:
+                        self.written[session_id] = state
+        finally:
+            self.committer = None
 
     def end(self, session_id: str) -> None:
-        """The session is over: its state goes from memory and from the store."""
+        """The session is over: its state goes from memory, and from the store with the request's ``save``."""
         self.states.end(session_id)
-        self.store.delete(session_id)
-        self.written.pop(session_id, None)
 
     def adopt(self, session: StoredSession) -> bool:
         """Take over a dead owner's session as read from the store; False if another worker took it first."""

@@ -16,10 +16,11 @@ class WriteThrough:
     """Sits inside SessionIdMiddleware, so the session id is known.
 
     A request's sessions are its cookie's and, on ``/mcp``, its token's (a tool call runs with that
-    one). When the reply starts, each is written if its state changed, before the caller can see the
-    reply: nothing acknowledged is lost with the worker. A 2xx reply on one of ``end_paths`` ends the
-    cookie's session. A cookie that names another owner for a session this worker holds (it adopted
-    the session from a dead one) is stamped with this worker, so the reply's Set-Cookie names it.
+    one). When the reply starts, each is written if its state changed, and committed (with the writes
+    of other requests finishing meanwhile), before the caller can see the reply: nothing acknowledged
+    is lost with the worker. A 2xx reply on one of ``end_paths`` ends the cookie's session. A cookie
+    that names another owner for a session this worker holds (it adopted the session from a dead one)
+    is stamped with this worker, so the reply's Set-Cookie names it.
     """
 
     def __init__(self, app: ASGIApp, sessions: DurableSessions, end_paths: frozenset[str], tokens: URLSafeSerializer) -> None:
@@ -43,8 +44,7 @@ class WriteThrough:
             if message["type"] == "http.response.start":
                 if ends and 200 <= message["status"] < 300:
                     self.sessions.end(session_id)
-                for each in touched:
-                    self.sessions.save(each)
+                await self.sessions.save(touched)
             await send(message)
 
         await self.app(scope, receive, send_after_writing)

@@ -3,9 +3,11 @@
 An episode seeds a session at ``start``, adds 1, adds 2 and reads the count, which must be start + 3.
 Each client keeps the cookie as its users would: aiohttp's own cookie jar (which quotes the value),
 aiohttp's ``cookies=``, httpx's and requests' jars, the standard library's ``http.cookiejar`` with
-urllib, and a client that replaces its cookies with each reply's, even a reply that sets none (what
-upstream NeMo Gym's agents do). ``fresh`` opens a new connection for every request, so consecutive
-requests of a session reach whichever worker accepts; otherwise connections are kept alive.
+urllib, the openai SDK's generic ``post`` (its httpx client keeps the cookies), and a client that
+replaces its cookies with each reply's, even a reply that sets none (what upstream NeMo Gym's agents
+do). ``fresh`` opens a new connection for every request, so consecutive requests of a session reach
+whichever worker accepts; otherwise connections are kept alive. Each reply says which Cookie header
+the client sent and which Set-Cookie headers it got, as read on the client's own request and reply.
 """
 
 from __future__ import annotations
@@ -18,15 +20,25 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 import httpx
+import openai
 import requests
 
 THINK_SECONDS = 0.01
 MAX_THREADS = 64
-Post = Callable[[str, dict], Awaitable[tuple[int, Any]]]
+
+
+class Reply(NamedTuple):
+    status: int
+    body: Any
+    sent_cookie: str | None  # the request's Cookie header, as the client sent it
+    set_cookies: list[str]  # the reply's Set-Cookie headers
+
+
+Post = Callable[[str, dict], Awaitable[Reply]]
 # A client: given the server's URL and whether to use fresh connections, opens what the whole run
 # shares and yields a factory of per-episode ``post`` functions (each an async context manager).
 Client = Callable[[str, bool], contextlib.AbstractAsyncContextManager[Callable[[], contextlib.AbstractAsyncContextManager[Post]]]]
@@ -43,13 +55,13 @@ def steps(start: int) -> list[tuple[str, dict]]:
 
 async def episode(post: Post, start: int) -> dict[str, Any]:
     """``{"reward": 1.0}`` when the count read back is start + 3; an ``"error"`` says which step failed."""
-    reply: Any = None
-    for path, body in steps(start):
-        status, reply = await post(path, body)
+    body: Any = None
+    for path, request in steps(start):
+        status, body, _, _ = await post(path, request)
         if status != 200:
-            return {"reward": 0.0, "error": f"{path} answered {status}: {str(reply)[:200]}"}
+            return {"reward": 0.0, "error": f"{path} answered {status}: {str(body)[:200]}"}
         await asyncio.sleep(THINK_SECONDS)
-    return {"reward": 1.0 if reply.get("count") == start + 3 else 0.0}
+    return {"reward": 1.0 if body.get("count") == start + 3 else 0.0}
 
 
 async def run_episodes(client: Client, url: str, starts: list[int], fresh: bool, concurrency: int) -> list[dict[str, Any]]:
@@ -60,7 +72,7 @@ async def run_episodes(client: Client, url: str, starts: list[int], fresh: bool,
             async with gate, episode_post() as post:
                 try:
                     return await episode(post, start)
-                except (OSError, aiohttp.ClientError, httpx.HTTPError, requests.RequestException) as error:
+                except (OSError, aiohttp.ClientError, httpx.HTTPError, requests.RequestException, openai.APIConnectionError) as error:
                     return {"reward": 0.0, "error": repr(error)}
 
         return await asyncio.gather(*(one(start) for start in starts))
@@ -71,6 +83,14 @@ def decoded(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def aiohttp_reply(reply: aiohttp.ClientResponse, text: str) -> Reply:
+    return Reply(reply.status, decoded(text), reply.request_info.headers.get("Cookie"), reply.headers.getall("Set-Cookie", []))
+
+
+def httpx_reply(reply: httpx.Response) -> Reply:
+    return Reply(reply.status_code, decoded(reply.text), reply.request.headers.get("Cookie"), reply.headers.get_list("Set-Cookie"))
 
 
 def localhost(url: str) -> str:
@@ -84,9 +104,9 @@ async def aiohttp_jar(url: str, fresh: bool) -> AsyncIterator:
     async def per_episode() -> AsyncIterator[Post]:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=fresh)) as http:
 
-            async def post(path: str, body: dict) -> tuple[int, Any]:
+            async def post(path: str, body: dict) -> Reply:
                 async with http.post(localhost(url) + path, json=body) as reply:
-                    return reply.status, decoded(await reply.text())
+                    return aiohttp_reply(reply, await reply.text())
 
             yield post
 
@@ -105,12 +125,12 @@ def shared_aiohttp(replace: bool) -> Client:
             async def per_episode() -> AsyncIterator[Post]:
                 cookies: dict[str, str] = {}
 
-                async def post(path: str, body: dict) -> tuple[int, Any]:
+                async def post(path: str, body: dict) -> Reply:
                     nonlocal cookies
                     async with http.post(url + path, json=body, cookies=cookies) as reply:
                         given = {name: morsel.value for name, morsel in reply.cookies.items()}
                         cookies = given if replace else {**cookies, **given}
-                        return reply.status, decoded(await reply.text())
+                        return aiohttp_reply(reply, await reply.text())
 
                 yield post
 
@@ -127,16 +147,36 @@ async def httpx_jar(url: str, fresh: bool) -> AsyncIterator:
     async def per_episode() -> AsyncIterator[Post]:
         async with httpx.AsyncClient(limits=limits, timeout=60) as http:
 
-            async def post(path: str, body: dict) -> tuple[int, Any]:
-                reply = await http.post(url + path, json=body)
-                return reply.status_code, decoded(reply.text)
+            async def post(path: str, body: dict) -> Reply:
+                return httpx_reply(await http.post(url + path, json=body))
 
             yield post
 
     yield per_episode
 
 
-def threaded(open_episode: Callable[[str, bool], Callable[[str, dict], tuple[int, Any]]]) -> Client:
+@contextlib.asynccontextmanager
+async def openai_sdk(url: str, fresh: bool) -> AsyncIterator:
+    """The SDK's own ``post`` for routes it has no method for; ``max_retries=0``, so every reply is seen."""
+    limits = httpx.Limits(max_keepalive_connections=0) if fresh else httpx.Limits()
+
+    @contextlib.asynccontextmanager
+    async def per_episode() -> AsyncIterator[Post]:
+        async with httpx.AsyncClient(limits=limits, timeout=60) as http:
+            client = openai.AsyncOpenAI(base_url=url, api_key="unused", http_client=http, max_retries=0)
+
+            async def post(path: str, body: dict) -> Reply:
+                try:
+                    return httpx_reply(await client.post(path, body=body, cast_to=httpx.Response))
+                except openai.APIStatusError as error:
+                    return httpx_reply(error.response)
+
+            yield post
+
+    yield per_episode
+
+
+def threaded(open_episode: Callable[[str, bool], Callable[[str, dict], Reply]]) -> Client:
     """A blocking client, one episode per thread at a time; ``open_episode`` makes an episode's ``post``."""
 
     @contextlib.asynccontextmanager
@@ -148,7 +188,7 @@ def threaded(open_episode: Callable[[str, bool], Callable[[str, dict], tuple[int
             async def per_episode() -> AsyncIterator[Post]:
                 blocking_post = open_episode(url, fresh)
 
-                async def post(path: str, body: dict) -> tuple[int, Any]:
+                async def post(path: str, body: dict) -> Reply:
                     return await loop.run_in_executor(threads, blocking_post, path, body)
 
                 yield post
@@ -158,29 +198,30 @@ def threaded(open_episode: Callable[[str, bool], Callable[[str, dict], tuple[int
     return client
 
 
-def requests_session(url: str, fresh: bool) -> Callable[[str, dict], tuple[int, Any]]:
+def requests_session(url: str, fresh: bool) -> Callable[[str, dict], Reply]:
     http = requests.Session()
     if fresh:
         http.headers["Connection"] = "close"
 
-    def post(path: str, body: dict) -> tuple[int, Any]:
+    def post(path: str, body: dict) -> Reply:
         reply = http.post(url + path, json=body, timeout=60)
-        return reply.status_code, decoded(reply.text)
+        return Reply(reply.status_code, decoded(reply.text), reply.request.headers.get("Cookie"), reply.raw.headers.getlist("Set-Cookie"))
 
     return post
 
 
-def urllib_cookiejar(url: str, fresh: bool) -> Callable[[str, dict], tuple[int, Any]]:
+def urllib_cookiejar(url: str, fresh: bool) -> Callable[[str, dict], Reply]:
     """urllib opens a new connection for every request, fresh or not."""
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
 
-    def post(path: str, body: dict) -> tuple[int, Any]:
+    def post(path: str, body: dict) -> Reply:
         request = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
         try:
             with opener.open(request, timeout=60) as reply:
-                return reply.status, decoded(reply.read().decode())
+                status, text, headers = reply.status, reply.read().decode(), reply.headers
         except urllib.error.HTTPError as error:
-            return error.code, decoded(error.read().decode())
+            status, text, headers = error.code, error.read().decode(), error.headers
+        return Reply(status, decoded(text), request.get_header("Cookie"), headers.get_all("Set-Cookie", []))
 
     return post
 
@@ -190,6 +231,7 @@ CLIENTS: dict[str, Client] = {
     "aiohttp_cookies": shared_aiohttp(replace=False),
     "replacing": shared_aiohttp(replace=True),
     "httpx_jar": httpx_jar,
+    "openai_sdk": openai_sdk,
     "requests_session": threaded(requests_session),
     "urllib_cookiejar": threaded(urllib_cookiejar),
 }

@@ -1,10 +1,15 @@
-"""The session store: write-through guarded by owner, one winner of a takeover race, expiry, size."""
+"""The session store: write-through guarded by owner, group commits, one winner of a takeover race, expiry, size."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import fcntl
 import multiprocessing
+import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,26 +81,91 @@ def test_rows_expire_with_the_cookie(store, monkeypatch):
     assert store.db.execute("SELECT count(*) FROM sessions").fetchone()[0] == 0
 
 
-def test_a_request_that_changes_nothing_writes_nothing(store):
+@pytest.mark.anyio
+async def test_a_request_that_changes_nothing_writes_nothing(store):
     counters = SessionStates(int)
     sessions = DurableSessions(store, counters, "a" * 16)
     counters["s"] = 1
-    sessions.save("s")
-    sessions.save("s")
+    await sessions.save(["s"])
+    await sessions.save(["s"])
     assert store.read("s").revision == 1
     counters["s"] += 1
-    sessions.save("s")
+    await sessions.save(["s"])
     assert (store.read("s").revision, store.read("s").state) == (2, "2")
 
 
-def test_a_state_the_server_dropped_deletes_its_row(store):
+@pytest.mark.anyio
+async def test_a_state_the_server_dropped_deletes_its_row(store):
     counters = SessionStates(int)
     sessions = DurableSessions(store, counters, "a" * 16)
     counters["s"] = 1
-    sessions.save("s")
+    await sessions.save(["s"])
     counters.pop("s")
-    sessions.save("s")
+    await sessions.save(["s"])
     assert store.read("s") is None
+
+
+@contextlib.contextmanager
+def held_by_another_process(store: SessionStore) -> Iterator[None]:
+    """The store's write lock, taken as another worker would: on a descriptor of its own."""
+    other = os.open(f"{store.path}.lock", os.O_RDWR)
+    fcntl.flock(other, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        os.close(other)
+
+
+def counting_transactions(store: SessionStore) -> list[dict]:
+    """Every group ``write_all`` commits, in order (a spy on the real method)."""
+    groups: list[dict] = []
+    write_all = store.write_all
+
+    def counted(owner, states):
+        groups.append(dict(states))
+        return write_all(owner, states)
+
+    store.write_all = counted
+    return groups
+
+
+@pytest.mark.anyio
+async def test_writes_of_requests_finishing_in_one_loop_turn_are_committed_in_one_transaction(store):
+    counters = SessionStates(int)
+    sessions = DurableSessions(store, counters, "a" * 16)
+    groups = counting_transactions(store)
+    for number in range(5):
+        counters[f"s{number}"] = number
+    await asyncio.gather(*(sessions.save([f"s{number}"]) for number in range(5)))
+    assert groups == [{f"s{number}": str(number) for number in range(5)}]
+    assert [store.read(f"s{number}").state for number in range(5)] == [str(number) for number in range(5)]
+
+
+@pytest.mark.anyio
+async def test_while_another_worker_holds_the_store_the_loop_serves_on_and_saves_return_once_committed(store):
+    counters = SessionStates(int)
+    sessions = DurableSessions(store, counters, "a" * 16)
+    counters["s"] = 1
+    with held_by_another_process(store):
+        first = asyncio.ensure_future(sessions.save(["s"]))
+        await asyncio.sleep(0.05)
+        again = asyncio.ensure_future(sessions.save(["s"]))  # the same state, still on its way to the store
+        await asyncio.sleep(0.05)  # the loop runs: the lock is waited for in a thread
+        assert not first.done() and not again.done() and store.read("s") is None
+    await asyncio.wait_for(asyncio.gather(first, again), 10)
+    assert store.read("s").state == "1"
+
+
+@pytest.mark.anyio
+async def test_a_save_of_a_session_another_worker_owns_raises_and_the_rest_of_its_group_is_written(store):
+    store.write("theirs", "b" * 16, "9")
+    counters = SessionStates(int)
+    sessions = DurableSessions(store, counters, "a" * 16)
+    counters["theirs"], counters["mine"] = 1, 2
+    saved = await asyncio.gather(sessions.save(["theirs"]), sessions.save(["mine"]), return_exceptions=True)
+    assert isinstance(saved[0], SessionTaken) and saved[1] is None
+    assert (store.read("theirs").state, store.read("mine").state) == ("9", "2")
+    assert not sessions.holds("theirs") and sessions.holds("mine")
 
 
 def test_an_adopted_session_is_back_in_memory_as_stored(store):

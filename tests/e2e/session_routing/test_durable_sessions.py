@@ -92,8 +92,17 @@ def kill(launcher: Launcher, owner: str) -> None:
     pid = worker_pid_of_owner(launcher.processes[COUNTER].pid, owner)
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while os.path.exists(f"/proc/{pid}/cmdline") and time.monotonic() < deadline:
+    while not dead(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def dead(pid: int) -> bool:
+    """Gone, or a zombie not yet reaped (uvicorn's supervisor may be busy restarting another worker):
+    either way its files are closed, and with them its life lock."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
 
 
 def all_score(verdicts: list[tuple[int, dict]]) -> bool:
@@ -170,8 +179,9 @@ def test_of_eight_workers_receiving_an_orphaned_session_at_once_exactly_one_adop
         adopters = {owner_of({COOKIE: cookie}) for _, cookie in replies}
         assert len(adopters) == 1
         owner, revision, state = rows(tmp_path)[session_id_of(jar)]
-        # Seeded at 0 (revision 1), taken over once (2), then one write per increment: one consistent count.
-        assert (owner, revision, state) == (adopters.pop(), 2 + RACERS, str(RACERS))
+        # Seeded at 0 (revision 1), taken over once (2), then a write per group of increments committed
+        # together: one consistent count.
+        assert (owner, state) == (adopters.pop(), str(RACERS)) and 2 < revision <= 2 + RACERS
     finally:
         launcher.stop()
 

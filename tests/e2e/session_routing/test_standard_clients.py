@@ -26,6 +26,9 @@ COUNTER = "example_session_state_mgmt"
 EPISODES = 200
 SPREAD_SESSIONS = 800
 WORKERS = (4, 8)
+# The SDK keeps its cookies in an httpx jar, which httpx_jar's episodes run here; the SDK itself is run
+# routed by the memory agent's conversations below and against the durable counter in test_durable_standard_clients.
+EPISODE_CLIENTS = sorted(set(CLIENTS) - {"openai_sdk"})
 
 
 def counter_name(workers: int) -> str:
@@ -40,7 +43,7 @@ def counters(start_module_servers):
 
 @pytest.mark.parametrize("connections", ["fresh", "keep_alive"])
 @pytest.mark.parametrize("workers", WORKERS)
-@pytest.mark.parametrize("client", sorted(CLIENTS))
+@pytest.mark.parametrize("client", EPISODE_CLIENTS)
 def test_every_episode_of_every_standard_client_keeps_its_count(counters, client, workers, connections):
     url = counters[counter_name(workers)].url
     results = asyncio.run(run_episodes(CLIENTS[client], url, list(range(EPISODES)), connections == "fresh", EPISODES))
