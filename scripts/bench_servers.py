@@ -53,7 +53,7 @@ class BenchServer(SimpleResourcesServer):
 
     async def verify(self, request: Request, body: BaseVerifyRequest) -> BaseVerifyResponse:
         burn_cpu(self.config.verify_cpu_ms / 1000)
-        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+        return BaseVerifyResponse(**{**body.model_dump(), "reward": 1.0})
 
 
 def burn_cpu(seconds: float) -> None:

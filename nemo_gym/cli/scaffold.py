@@ -90,7 +90,7 @@ class {class_name}(SimpleResourcesServer):
     async def verify(self, request: Request, body: VerifyRequest) -> VerifyResponse:
         count = self.counts.pop(request.session[SESSION_ID_KEY], None)
         reward = 1.0 if count == body.expected_count else 0.0
-        return VerifyResponse(**body.model_dump(), reward=reward, count=count)
+        return VerifyResponse(**{{**body.model_dump(), "reward": reward, "count": count}})
 
 
 if __name__ == "__main__":

@@ -84,7 +84,8 @@ class CounterServer(SimpleResourcesServer):
     async def verify(self, request: Request, body: CounterVerifyRequest) -> CounterVerifyResponse:
         count = self.counters.pop(request.session[SESSION_ID_KEY], None)
         reward = 1.0 if count == body.expected_count else 0.0
-        return CounterVerifyResponse(**body.model_dump(), reward=reward, count=count)
+        # The caller's own reward or count, if it sent one, is replaced by the server's.
+        return CounterVerifyResponse(**{**body.model_dump(), "reward": reward, "count": count})
 
 
 if __name__ == "__main__":

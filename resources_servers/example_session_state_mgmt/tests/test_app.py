@@ -83,6 +83,15 @@ async def test_verify_rewards_0_for_an_unknown_session(client):
 
 
 @pytest.mark.anyio
+async def test_verify_grades_with_its_own_reward_and_count_whatever_the_caller_sent(client):
+    cookies: dict[str, str] = {}
+    await call(client, "/seed_session", cookies, {**TASK, "initial_count": 2})
+    body = {**TASK, "response": EMPTY_RESPONSE, "expected_count": 5, "reward": 1.0, "count": 5}
+    verdict = await call(client, "/verify", cookies, body)
+    assert (verdict["reward"], verdict["count"]) == (0.0, 2)
+
+
+@pytest.mark.anyio
 async def test_sessions_keep_separate_counts(client):
     first: dict[str, str] = {}
     second: dict[str, str] = {}
