@@ -13,9 +13,10 @@ from typing import Any
 from itsdangerous import URLSafeSerializer
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import cookie_parser
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions import SessionIdMiddleware
 from nemo_gym.session_token import TOKEN_HEADER, read_token
 
 MCP_PATH = "/mcp"
@@ -42,6 +43,11 @@ async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:
     """The app behind the session loader: loading the session is all the router wants of it."""
 
 
+async def _reply_start(scope: Scope, receive: Receive, send: Send) -> None:
+    """The app behind the cookie setter: a reply's start, to which the session layer adds the session's cookie."""
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+
+
 class OwnerReader:
     """Finds the owner a request names, reading the session the way the app behind the router will.
 
@@ -51,7 +57,10 @@ class OwnerReader:
 
     def __init__(self, session_options: dict[str, Any], token_serializer: URLSafeSerializer) -> None:
         self.session_loader = SessionMiddleware(_nothing, **session_options)
+        # The app's own session layer, in front of a bare reply: it signs the session as the app would.
+        self.cookie_setter = SessionMiddleware(SessionIdMiddleware(_reply_start), **session_options)
         self.cookie_name = self.session_loader.session_cookie
+        self.set_cookie_prefix = f"{self.cookie_name}=".encode()
         self.token_serializer = token_serializer
 
     async def owner(self, scope: Scope) -> object | None:
@@ -98,6 +107,31 @@ class OwnerReader:
         if len(values) > 1 or self.cookie_name not in cookie_parser(cookie_headers[0]):
             raise AmbiguousSession("Cookie")
         return True
+
+    def keeping_session(self, scope: Scope, send: Send) -> Send:
+        """``send`` for a reply that may be made on the owner's behalf (the router's 503 for a busy owner,
+        say): a reply without the session's cookie gets it, signed as the app signs it, so a client that
+        replaces its cookies with each reply's keeps its session. A 410 (the session is gone) gets none."""
+
+        async def send_keeping(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] != 410 and not self.sets_cookie(message):
+                message = {**message, "headers": [*message.get("headers", []), *await self.cookie_headers(scope)]}
+            await send(message)
+
+        return send_keeping
+
+    def sets_cookie(self, message: Message) -> bool:
+        return any(name.lower() == b"set-cookie" and value.startswith(self.set_cookie_prefix) for name, value in message.get("headers", []))
+
+    async def cookie_headers(self, scope: Scope) -> list[tuple[bytes, bytes]]:
+        """The Set-Cookie the app's SessionMiddleware would send for the session this request names (none if it names none)."""
+        sent: list[Message] = []
+
+        async def keep(message: Message) -> None:
+            sent.append(message)
+
+        await self.cookie_setter({"type": "http", "headers": scope["headers"]}, _nothing, keep)
+        return [(name, value) for name, value in sent[0]["headers"] if name == b"set-cookie"]
 
     async def session(self, scope: Scope) -> dict:
         """The session the app's SessionMiddleware will load for this request (empty if the cookie is bad)."""

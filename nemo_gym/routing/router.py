@@ -46,7 +46,7 @@ class SessionRouter:
         elif owner == self.worker_id:
             await self.app(scope, receive, send)
         elif is_worker_id(owner):
-            await self.forwarder.forward(owner, scope, receive, send)
+            await self.forwarder.forward(owner, scope, receive, self.owners.keeping_session(scope, send))
         else:
             response = JSONResponse(status_code=400, content={"detail": "the session names an owner worker that is not a worker ID"})
             await response(scope, receive, send)

@@ -368,6 +368,22 @@ async def test_live_owner_that_takes_no_connection_gets_503_with_retry_after_nev
     assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2  # the session is intact
 
 
+async def test_a_503_for_a_busy_owner_sets_the_session_cookie_so_a_client_that_replaces_its_cookies_keeps_the_session(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    path = socket_path(a.server.socket_dir, a.server.worker_id)
+    os.rename(path, path + ".away")
+    b.server.forwarder.busy_wait_seconds = 0.5
+    try:
+        response = await caller.post(b, "/increment", cookies)
+        assert response.status == 503
+        cookies = {name: morsel.value for name, morsel in response.cookies.items()}  # aiohttp's reading of Set-Cookie
+    finally:
+        os.rename(path + ".away", path)
+    assert session_of(a.server.secret, cookies[a.server.session_cookie])[OWNER_KEY] == a.server.worker_id
+    assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2
+
+
 async def test_busy_owner_keeps_its_pooled_connections_and_requests_in_flight(pair):
     a, b, caller = pair
     cookies = await new_session(caller, a)
