@@ -24,7 +24,8 @@ def test_200_sessions_at_8_workers_all_score_spread_over_workers_and_leave_no_sa
 def test_routing_switched_off_loses_rewards_and_stopping_still_removes_every_sandbox(start_servers, tmp_path):
     sandbox_dir = tmp_path / "sandboxes"
     launcher = start_servers(swe_stack(sandbox_dir, route_sessions=False))
-    results = run_through_relay(launcher.instances, episodes())
+    # 40 sessions over 8 unrouted workers: that all would score by chance is about (1/8)**40.
+    results = run_through_relay(launcher.instances, episodes(40))
     lost = [result for result in results if result["reward"] != 1.0]
     assert lost, "every session scored with routing off: the test cannot see the bug"
     # Each lost session lost its state: its sandbox was not in the worker that verified it, or the edit went elsewhere.
