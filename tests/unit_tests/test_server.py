@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import types
 from typing import Any, Dict
@@ -61,6 +62,15 @@ async def probe():
             yield client
         finally:
             await client.close()
+
+
+@pytest.mark.anyio
+async def test_start_up_freezes_what_the_imports_and_the_app_made_out_of_the_collectors_way():
+    app = ProbeServer.for_instance(NAME, probe_instances()).build_app()
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    async with serving(app, free_port()):
+        assert gc.get_freeze_count() > 10_000
 
 
 @pytest.mark.anyio
