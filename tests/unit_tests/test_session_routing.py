@@ -9,9 +9,11 @@ import tempfile
 import uuid
 
 import aiohttp
+import httpx
 import pytest
 
 from nemo_gym import SESSION_ID_KEY
+from nemo_gym.client import cookie_header
 from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.liveness import is_alive
 from nemo_gym.routing.worker import OWNER_KEY, socket_path
@@ -368,16 +370,28 @@ async def test_live_owner_that_takes_no_connection_gets_503_with_retry_after_nev
     assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2  # the session is intact
 
 
-async def test_a_503_for_a_busy_owner_sets_the_session_cookie_so_a_client_that_replaces_its_cookies_keeps_the_session(pair):
+async def busy_reply_cookies_by_aiohttp(caller: Caller, worker: Worker, cookies: dict[str, str]) -> dict[str, str]:
+    response = await caller.post(worker, "/increment", cookies)
+    assert response.status == 503
+    return {name: morsel.value for name, morsel in response.cookies.items()}
+
+
+async def busy_reply_cookies_by_httpx(caller: Caller, worker: Worker, cookies: dict[str, str]) -> dict[str, str]:
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(worker.url + "/increment", headers={"Cookie": cookie_header(cookies)})
+    assert response.status_code == 503
+    return dict(response.cookies)
+
+
+@pytest.mark.parametrize("read_reply", [busy_reply_cookies_by_aiohttp, busy_reply_cookies_by_httpx], ids=["aiohttp", "httpx"])
+async def test_a_503_for_a_busy_owner_sets_the_session_cookie_so_a_client_that_replaces_its_cookies_keeps_the_session(pair, read_reply):
     a, b, caller = pair
     cookies = await new_session(caller, a)
     path = socket_path(a.server.socket_dir, a.server.worker_id)
     os.rename(path, path + ".away")
     b.server.forwarder.busy_wait_seconds = 0.5
     try:
-        response = await caller.post(b, "/increment", cookies)
-        assert response.status == 503
-        cookies = {name: morsel.value for name, morsel in response.cookies.items()}  # aiohttp's reading of Set-Cookie
+        cookies = await read_reply(caller, b, cookies)  # the client's own reading of the 503's Set-Cookie, replacing its cookies
     finally:
         os.rename(path + ".away", path)
     assert session_of(a.server.secret, cookies[a.server.session_cookie])[OWNER_KEY] == a.server.worker_id

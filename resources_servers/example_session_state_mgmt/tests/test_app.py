@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import requests
 
 from nemo_gym import config as gym_config
 from nemo_gym.client import ServerClient
@@ -89,6 +90,16 @@ async def test_verify_grades_with_its_own_reward_and_count_whatever_the_caller_s
     body = {**TASK, "response": EMPTY_RESPONSE, "expected_count": 5, "reward": 1.0, "count": 5}
     verdict = await call(client, "/verify", cookies, body)
     assert (verdict["reward"], verdict["count"]) == (0.0, 2)
+
+
+def test_verify_grades_with_its_own_reward_and_count_for_a_requests_session_too(launcher):
+    url = launcher.instances[COUNTER].url
+    with requests.Session() as http:
+        assert http.post(f"{url}/seed_session", json={**TASK, "initial_count": 2}, timeout=30).status_code == 200
+        body = {**TASK, "response": EMPTY_RESPONSE, "expected_count": 5, "reward": 1.0, "count": 5}
+        reply = http.post(f"{url}/verify", json=body, timeout=30)
+    assert reply.status_code == 200, reply.text
+    assert (reply.json()["reward"], reply.json()["count"]) == (0.0, 2)
 
 
 @pytest.mark.anyio
