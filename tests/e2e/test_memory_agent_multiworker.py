@@ -7,10 +7,12 @@ import os
 import signal
 from collections import Counter
 
+import aiohttp
+
 from nemo_gym.client import ServerClient, ServerReply
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.signing_secret import session_secret
-from responses_api_agents.memory_agent.conversations import first_turn, second_turn
+from responses_api_agents.memory_agent.conversations import first_turn, run_conversations, second_turn
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.e2e.test_memory_agent_one_worker import AGENT, CONVERSATIONS, converse, memory_stack
 from tests.unit_tests.routing_workers import session_of
@@ -24,7 +26,18 @@ def test_200_two_turn_conversations_all_continue_at_four_workers(start_servers):
 
 def test_conversations_break_with_routing_switched_off(start_servers):
     launcher = start_servers(memory_stack(route_sessions=False))
-    results = converse(launcher.instances)
+
+    async def run() -> list[dict]:
+        client = ServerClient(launcher.instances)
+        # Each turn on a connection of its own, 20 conversations at a time: a burst of connections to a kept-alive
+        # pool can be accepted whole by one worker, and then every conversation would continue by luck.
+        client._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), cookie_jar=aiohttp.DummyCookieJar())
+        try:
+            return await run_conversations(client, AGENT, CONVERSATIONS, 20)
+        finally:
+            await client.close()
+
+    results = asyncio.run(run())
     assert [result.get("error") for result in results if "error" in result] == []
     assert sum(result["continued"] for result in results) < CONVERSATIONS
 
