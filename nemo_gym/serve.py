@@ -18,6 +18,8 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from nemo_gym import config as gym_config
+from nemo_gym.config_types import BaseRunServerInstanceConfig
+from nemo_gym.durable.store import SessionStore, StoreError, store_path
 from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
 from nemo_gym.server import SimpleServer, find_server_class
@@ -40,6 +42,13 @@ def worker_app() -> ASGIApp:
     if app is not None:
         return app
     return find_server_class(module).from_environment().build_app()
+
+
+def check_store(server_class: type[SimpleServer], config: BaseRunServerInstanceConfig, name: str) -> None:
+    """A durable server's store opens here before any worker starts; else each worker would fail on it
+    in turn, and uvicorn would start them again, until the launcher ran out of time."""
+    if server_class.is_routed(config) and config.durable_sessions and server_class.session_states is not SimpleServer.session_states:
+        SessionStore(store_path(name)).close()
 
 
 def serve(server_class: type[SimpleServer] | None = None) -> None:
@@ -76,6 +85,10 @@ def serve(server_class: type[SimpleServer] | None = None) -> None:
     )
     options.update(workers=instance.num_workers, factory=True)
     config = server_class.validate_config(instance.name, instance.settings)
+    try:
+        check_store(server_class, config, instance.name)
+    except StoreError as error:
+        sys.exit(f"server {instance.name!r} cannot start: {error}")
     # Every routed worker serves a private socket in this directory; it goes when the server stops. A
     # launcher may hand one over, so that it can remove it even if this process is killed.
     if not server_class.is_routed(config) or os.environ.get(SOCKET_DIR_ENV):

@@ -45,6 +45,9 @@ CREATE INDEX IF NOT EXISTS sessions_by_expiry ON sessions (expires_at);
 """
 
 
+COLUMNS = ("session_id", "owner", "revision", "state", "expires_at")
+
+
 def store_path(instance_name: str) -> Path:
     return state_dir() / "sessions" / f"{instance_name}.sqlite3"
 
@@ -62,8 +65,32 @@ class SessionTaken(RuntimeError):
     """A worker wrote a session another worker owns in the store."""
 
 
+class StoreError(ValueError):
+    """The store's file cannot be used (not a database, another schema, not a file, not writable)."""
+
+
 class SessionConflict(ValueError):
     """A restore names a session the store already holds."""
+
+
+def private_file(path: Path) -> int:
+    """A descriptor of ``path`` opened for writing (made if missing), readable and writable by its owner only."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def unusable(path: Path, error: Exception) -> StoreError:
+    reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+    return StoreError(
+        f"the session store {path} cannot be used: {reason}. It is not a store this server can open and write; "
+        "move it aside (to keep it for a look) or remove it, and start again: the server then begins with an empty "
+        "store, and the sessions the file held are lost to it"
+    )
 
 
 class SessionStore:
@@ -71,20 +98,43 @@ class SessionStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.write_lock = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        # One worker at a time sets the file up: switching to WAL needs the database to itself.
-        with self.writing():
-            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self.db.execute("PRAGMA journal_mode = WAL")
-            self.db.executescript(SCHEMA)
-        # A commit survives the process being killed; a power cut loses at most the last ones (see above).
-        self.db.execute("PRAGMA synchronous = NORMAL")
-        # A checkpoint leaves the log no longer than this, so the store's size follows its live rows.
-        self.db.execute("PRAGMA journal_size_limit = 262144")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.write_lock = private_file(Path(f"{path}.lock"))
+        except OSError as error:
+            raise unusable(path, error) from None
+        try:
+            # One worker at a time sets the file up: switching to WAL needs the database to itself.
+            with self.writing():
+                self.db = self.connect()
+        except (OSError, sqlite3.Error, StoreError) as error:
+            os.close(self.write_lock)
+            raise unusable(path, error) from None
         self.next_purge = 0.0
         self.purge_expired()
+
+    def connect(self) -> sqlite3.Connection:
+        """The file opened as a store (made 0600, and its log with it), its schema checked; raises on a file that is none."""
+        os.close(private_file(self.path))
+        for companion in (f"{self.path}-wal", f"{self.path}-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.chmod(companion, 0o600)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            db.execute("PRAGMA journal_mode = WAL")
+            db.executescript(SCHEMA)
+            columns = [row[1] for row in db.execute("PRAGMA table_info(sessions)")]
+            if columns != list(COLUMNS):
+                raise StoreError(f"its sessions table has the columns {columns}, not {list(COLUMNS)}")
+            # A commit survives the process being killed; a power cut loses at most the last ones (see above).
+            db.execute("PRAGMA synchronous = NORMAL")
+            # A checkpoint leaves the log no longer than this, so the store's size follows its live rows.
+            db.execute("PRAGMA journal_size_limit = 262144")
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def read(self, session_id: str) -> StoredSession | None:
         row = self.db.execute(
