@@ -25,10 +25,11 @@ def export(args: argparse.Namespace) -> int:
 def restore(args: argparse.Namespace) -> int:
     store = SessionStore(store_path(args.instance))
     try:
-        count = restore_sessions(store, args.instance, Path(args.input))
+        outcome = restore_sessions(store, args.instance, Path(args.input))
     finally:
         store.close()
-    print(f"restored {count} sessions of {args.instance} from {args.input}; each goes to a live worker on its first request")
+    skipped = f" ({outcome.expired} had expired and {'was' if outcome.expired == 1 else 'were'} skipped)" if outcome.expired else ""
+    print(f"restored {outcome.restored} sessions of {args.instance} from {args.input}{skipped}; a live worker takes each up on its first request")
     return 0
 
 

@@ -1,16 +1,23 @@
 """The file that carries every durable session of an instance from one server to a fresh one.
 
 One JSON document: a format tag, the instance, how many sessions, a SHA-256 of them, and the sessions.
-A file that is cut short, altered, or of another instance is refused whole, with the reason.
+A file that is cut short, altered, of another instance, or with any session that is not a row a store
+can hold (each field checked, no id twice) is refused whole, with the reason and the row. Sessions
+already expired are skipped and counted. A restored row belongs to no worker: the first request for
+it, on whichever live worker it reaches, takes it up (``keeper``), so a running server uses it at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-from dataclasses import asdict
+import tempfile
+import time
+from dataclasses import asdict, replace
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
@@ -18,6 +25,8 @@ from nemo_gym.durable.store import SessionStore, StoredSession
 from nemo_gym.routing.worker import is_worker_id
 
 FORMAT = "nemo_gym.sessions/1"
+# SQLite's largest integer: a revision above it cannot be stored.
+MAX_REVISION = 2**63 - 1
 
 
 class TransferError(ValueError):
@@ -40,11 +49,35 @@ class SessionRow(BaseModel):
             raise ValueError("not a worker ID")
         return owner
 
+    @field_validator("revision")
+    @classmethod
+    def revision_fits_the_store(cls, revision: int) -> int:
+        if revision < 0:
+            raise ValueError("must be at least 0")
+        if revision > MAX_REVISION:
+            raise ValueError(f"must be at most {MAX_REVISION}")
+        return revision
+
     @field_validator("state")
     @classmethod
     def state_is_json(cls, state: str) -> str:
-        json.loads(state)
+        try:
+            json.loads(state)
+        except ValueError:
+            raise ValueError("not JSON text") from None
         return state
+
+    @field_validator("expires_at")
+    @classmethod
+    def expires_at_is_finite(cls, expires_at: float) -> float:
+        if not math.isfinite(expires_at):
+            raise ValueError("must be a finite number")
+        return expires_at
+
+
+class Restored(NamedTuple):
+    restored: int
+    expired: int
 
 
 def digest(sessions: list[dict]) -> str:
@@ -55,9 +88,17 @@ def export_sessions(store: SessionStore, instance_name: str, path: Path) -> int:
     """Write every live session of the store to ``path`` (whole or not at all); returns how many."""
     sessions = [asdict(session) for session in store.all()]
     document = {"format": FORMAT, "instance": instance_name, "count": len(sessions), "sha256": digest(sessions), "sessions": sessions}
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(document))
-    os.replace(partial, path)
+    # A new file of this process's own (0600, never through a link planted beside the target), then renamed.
+    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.write(json.dumps(document))
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(partial, path)
+    except BaseException:
+        os.unlink(partial)
+        raise
     return len(sessions)
 
 
@@ -78,20 +119,32 @@ def read_sessions(path: Path, instance_name: str) -> list[StoredSession]:
         raise TransferError(f"{path} is partial: it says it holds {document.get('count')} sessions and holds {len(sessions) if isinstance(sessions, list) else 'no list of'} sessions")
     if document.get("sha256") != digest(sessions):
         raise TransferError(f"{path} is corrupt: its sessions do not match their SHA-256")
-    rows = []
+    rows: list[StoredSession] = []
+    numbers: dict[str, int] = {}
     for number, session in enumerate(sessions):
+        name = f"session {number} ({session.get('session_id') if isinstance(session, dict) else None!r})"
         try:
-            rows.append(StoredSession(**SessionRow.model_validate(session).model_dump()))
+            row = StoredSession(**SessionRow.model_validate(session).model_dump())
         except ValidationError as error:
-            raise TransferError(f"{path}: session {number} is malformed: {error}") from None
+            raise TransferError(f"{path}: {name} is malformed: {reasons(error)}; nothing restored") from None
+        if row.session_id in numbers:
+            raise TransferError(f"{path}: {name} has the same id as session {numbers[row.session_id]}; nothing restored")
+        numbers[row.session_id] = number
+        rows.append(row)
     return rows
 
 
-def restore_sessions(store: SessionStore, instance_name: str, path: Path) -> int:
-    """Load every session of the file into the store, or none; returns how many."""
+def reasons(error: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'the row'}: {e['msg'].removeprefix('Value error, ')}" for e in error.errors())
+
+
+def restore_sessions(store: SessionStore, instance_name: str, path: Path) -> Restored:
+    """Load every session of the file that has not expired into the store, owned by no worker, or none."""
     sessions = read_sessions(path, instance_name)
+    now = time.time()
+    live = [replace(session, owner=None) for session in sessions if session.expires_at > now]
     try:
-        store.insert_all(sessions)
+        store.insert_all(live)
     except ValueError as error:
         raise TransferError(f"nothing restored: {error}") from None
-    return len(sessions)
+    return Restored(len(live), len(sessions) - len(live))
