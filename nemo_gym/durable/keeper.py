@@ -84,6 +84,14 @@ class DurableSessions:
         """The session is over: its state goes from memory, and from the store with the request's ``save``."""
         self.states.end(session_id)
 
+    def take_up(self, session_id: str) -> None:
+        """A session this worker does not hold: if the store has it owned by no worker (restored by
+        ``gym sessions restore``), claim it and hold it. Called only on that miss, so a held session's
+        requests read nothing. Raises ``ValueError`` if its stored state does not load here (again on
+        each request: a claimed row this worker could not load is tried again, never a 404)."""
+        while not self.holds(session_id) and (stored := self.store.read(session_id)) is not None and stored.owner in (None, self.owner):
+            self.adopt(stored)
+
     def adopt(self, session: StoredSession) -> bool:
         """Take over a dead owner's session as read from the store; False if another worker took it first."""
         if not self.store.claim(session, self.owner):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from itsdangerous import URLSafeSerializer
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
@@ -20,7 +21,8 @@ class WriteThrough:
     of other requests finishing meanwhile), before the caller can see the reply: nothing acknowledged
     is lost with the worker. A 2xx reply on one of ``end_paths`` ends the cookie's session. A cookie
     that names another owner for a session this worker holds (it adopted the session from a dead one)
-    is stamped with this worker, so the reply's Set-Cookie names it.
+    is stamped with this worker, so the reply's Set-Cookie names it. A session it does not hold is
+    taken up from the store first if it was restored there and no worker has it yet.
     """
 
     def __init__(self, app: ASGIApp, sessions: DurableSessions, end_paths: frozenset[str], tokens: URLSafeSerializer) -> None:
@@ -35,6 +37,13 @@ class WriteThrough:
             return
         session = scope["session"]
         session_id = session[SESSION_ID_KEY]
+        if not self.sessions.holds(session_id):
+            try:
+                self.sessions.take_up(session_id)
+            except ValueError as error:
+                detail = f"Session {session_id}, restored into the store: its stored state does not load here: {error}"
+                await JSONResponse(status_code=500, content={"detail": detail})(scope, receive, send)
+                return
         if session.get(OWNER_KEY) != self.sessions.owner and self.sessions.holds(session_id):
             session[OWNER_KEY] = self.sessions.owner
         touched = [session_id, *self.token_session(scope)]
