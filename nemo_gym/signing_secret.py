@@ -13,7 +13,7 @@ MIN_SECRET_BYTES = 32
 
 
 class SecretError(ValueError):
-    """A secret that must not be used: empty, shorter than MIN_SECRET_BYTES, or unreadable."""
+    """A secret that must not be used: empty, shorter than MIN_SECRET_BYTES, unreadable, or not private."""
 
 
 def state_dir() -> Path:
@@ -34,12 +34,15 @@ def session_secret(instance_name: str, configured: str | None = None) -> str:
 
     A configured ``session_secret`` wins. Otherwise a random secret is made once per instance name and
     kept in a 0600 file, so every worker signs with it and a restarted server still accepts (and can
-    explain the loss of) the cookies it handed out before.
+    explain the loss of) the cookies it handed out before. As ssh does with a private key, the file and
+    its directory must be this user's, the directory writable by no one else and the file readable by
+    no one else: a secret another user could plant or read would let them forge any session.
     """
     if configured is not None:
         return check_length(configured, "the configured session_secret")
     path = state_dir() / "secrets" / instance_name
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_private(os.stat(path.parent), f"the session secret directory {path.parent}", 0o022, "can be written by other users")
     if not os.path.lexists(path):
         create(path)
     return read(path)
@@ -63,11 +66,31 @@ def create(path: Path) -> None:
         os.unlink(temporary)
 
 
+def check_private(status: os.stat_result, what: str, others_bits: int, others_can: str) -> None:
+    """Refuse what another user owns, or what others can reach through ``others_bits`` of its mode."""
+    if status.st_uid != os.geteuid():
+        raise SecretError(
+            f"{what} is owned by uid {status.st_uid}, not by this server's user (uid {os.geteuid()}): another user "
+            "could have planted it; remove it (a new secret is then made), or chown it to this user if you made it"
+        )
+    if status.st_mode & others_bits:
+        raise SecretError(
+            f"{what} {others_can} (mode {status.st_mode & 0o7777:04o}): anyone who can plant or read a secret can "
+            "forge sessions; remove it (a new secret is then made), or chmod it (700 for the directory, 600 for the "
+            "file) if nobody else has touched it"
+        )
+
+
 def read(path: Path) -> str:
     try:
-        return check_length(path.read_text().strip(), f"the session secret file {path}")
+        with open(path, "rb") as file:
+            check_private(os.fstat(file.fileno()), f"the session secret file {path}", 0o077, "can be read or written by other users")
+            text = file.read().decode()
     except (OSError, UnicodeDecodeError) as error:
         problem = f"cannot read the session secret file {path} ({error})"
-    except SecretError as error:
-        problem = str(error)
+    else:
+        try:
+            return check_length(text.strip(), f"the session secret file {path}")
+        except SecretError as error:
+            problem = str(error)
     raise SecretError(f"{problem}; remove it to have a new one made (sessions signed with the old one are then lost)")

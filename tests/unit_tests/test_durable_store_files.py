@@ -91,8 +91,11 @@ def test_a_durable_server_with_a_bad_store_refuses_to_start_at_once_naming_the_f
     instances = gym_config.parse({counter: {"resources_servers": {counter: {"entrypoint": "app.py", "num_workers": 2}}}})
     launcher = Launcher(instances, gym_config.free_port(), {"NEMO_GYM_STATE_DIR": str(tmp_path)})
     with bad_store(tmp_path / "sessions" / f"{counter}.sqlite3", kind) as path:
-        with pytest.raises(LaunchError) as error:
-            launcher.start(timeout=START_TIMEOUT_SECONDS)
+        try:
+            with pytest.raises(LaunchError) as error:
+                launcher.start(timeout=START_TIMEOUT_SECONDS)
+        finally:
+            launcher.stop()  # a start that was not refused leaves no server behind
     message = str(error.value)
     assert f"server '{counter}' cannot start: the session store {path} cannot be used" in message
     assert "move it aside" in message

@@ -37,6 +37,7 @@ def test_an_empty_or_short_secret_file_is_an_error_naming_the_file(state, conten
     path = state / "secrets" / "blank"
     path.parent.mkdir()
     path.write_text(contents)
+    path.chmod(0o600)
     with pytest.raises(SecretError, match=f"the session secret file {path} is {len(contents.strip())} bytes long"):
         session_secret("blank")
     assert path.read_text() == contents
@@ -92,9 +93,70 @@ def test_a_server_with_a_blank_secret_file_refuses_to_start_naming_the_file(tmp_
     path = tmp_path / "secrets" / "counter"
     path.parent.mkdir()
     path.write_text("")
+    path.chmod(0o600)
     instances = gym_config.parse({"counter": {"resources_servers": {"example_session_state_mgmt": {}}}})
     launcher = Launcher(instances, gym_config.free_port(), {"NEMO_GYM_STATE_DIR": str(tmp_path)})
     with pytest.raises(LaunchError) as error:
         launcher.start(timeout=60)
     assert f"server 'counter' cannot start: the session secret file {path} is 0 bytes long" in str(error.value)
     assert path.read_text() == ""
+
+
+def world_writable_directory(path):
+    path.parent.chmod(0o777)
+    return path.parent
+
+
+def directory_of_another_user(path):
+    os.chown(path.parent, 12345, 12345)
+    return path.parent
+
+
+def secret_mode(mode):
+    def change(path):
+        path.chmod(mode)
+        return path
+
+    return change
+
+
+def secret_of_another_user(path):
+    os.chown(path, 12345, 12345)
+    return path
+
+
+@pytest.mark.parametrize(
+    "plant, problem",
+    [
+        (world_writable_directory, "can be written by other users (mode 0777)"),
+        (directory_of_another_user, "is owned by uid 12345, not by this server's user"),
+        (secret_mode(0o666), "can be read or written by other users (mode 0666)"),
+        (secret_mode(0o644), "can be read or written by other users (mode 0644)"),
+        (secret_of_another_user, "is owned by uid 12345, not by this server's user"),
+    ],
+    ids=["world-writable secrets directory", "secrets directory of another user", "0666 secret", "0644 secret", "secret of another user"],
+)
+def test_a_secret_file_or_directory_others_own_or_can_reach_is_refused_at_start_naming_it(tmp_path, plant, problem):
+    if os.geteuid() != 0:
+        pytest.skip("planting files of another user needs root")
+    path = tmp_path / "secrets" / "counter"
+    path.parent.mkdir(mode=0o700)
+    path.write_text("a-planted-secret-that-is-long-enough-to-sign-with")
+    path.chmod(0o600)
+    planted = plant(path)
+    instances = gym_config.parse({"counter": {"resources_servers": {"example_session_state_mgmt": {}}}})
+    launcher = Launcher(instances, gym_config.free_port(), {"NEMO_GYM_STATE_DIR": str(tmp_path)})
+    try:
+        with pytest.raises(LaunchError) as error:
+            launcher.start(timeout=300)
+    finally:
+        launcher.stop()  # a start that was not refused leaves no server behind
+    assert f"server 'counter' cannot start: the session secret {'directory' if planted == path.parent else 'file'} {planted} {problem}" in str(error.value)
+
+
+def test_a_new_secret_is_refused_in_a_directory_others_can_write(state):
+    (state / "secrets").mkdir(mode=0o700)
+    (state / "secrets").chmod(0o733)
+    with pytest.raises(SecretError, match=f"the session secret directory {state / 'secrets'} can be written by other users"):
+        session_secret("fresh")
+    assert list((state / "secrets").iterdir()) == []
