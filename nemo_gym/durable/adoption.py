@@ -21,9 +21,10 @@ class Adopter:
 
     The store says who holds the session now. Nobody (it ended, or the server keeps no durable state
     for it): 410, as without durability. A live worker that adopted it already (the request came with
-    an MCP token, which still names the dead owner): the request is forwarded there. A dead worker:
-    this worker claims the row (a compare-and-set on owner and revision; of several racing, one wins,
-    and the others find the winner on their next read), restores the state and serves the request.
+    an MCP token, which still names the dead owner): the request is forwarded there. A dead worker, or
+    none (a row ``gym sessions restore`` left): this worker claims the row (a compare-and-set on owner
+    and revision; of several racing, one wins, and the others find the winner on their next read),
+    restores the state and serves the request.
     """
 
     def __init__(self, app: ASGIApp, sessions: DurableSessions, owners: OwnerReader, forwarder: Forwarder) -> None:
