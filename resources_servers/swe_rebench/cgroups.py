@@ -84,7 +84,7 @@ class Cgroups:
     @classmethod
     def for_root(cls, sandbox_root: Path, memory_bytes: int, processes: int, parent: str | None = None, proc: Path = Path("/proc")) -> Cgroups:
         """This host's layout (v1 when memory and pids hierarchies are mounted, else v2); ``CgroupError`` if neither works."""
-        instance = "swe_rebench-" + hashlib.sha256(str(sandbox_root).encode()).hexdigest()[:12]
+        instance = instance_name(sandbox_root)
         mounts = cgroup_mounts(proc / "self" / "mountinfo")
         own = own_cgroups(proc / "self" / "cgroup")
         v1 = {controller: mounts[controller] for controller in ("memory", "pids") if controller in mounts}
@@ -155,6 +155,11 @@ class Cgroups:
         for group in self.groups:
             with contextlib.suppress(OSError):
                 group.rmdir()
+
+
+def instance_name(sandbox_root: Path) -> str:
+    """The instance's cgroup directory: one per sandbox root, so instances and test servers never share one."""
+    return "swe_rebench-" + hashlib.sha256(str(sandbox_root).encode()).hexdigest()[:12]
 
 
 def enable_controllers(group: Path) -> None:

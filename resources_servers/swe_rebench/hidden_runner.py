@@ -196,6 +196,7 @@ def main() -> None:
     changed = tampered()
     if changed is not None:
         send("tampered", f"at import: {changed}")
+        sys.stdout.flush()
         out(f"the framework was changed while the hidden tests were imported: {changed}")
         _exit(1)
     passed = 0
@@ -234,6 +235,11 @@ def main() -> None:
         send("result", test_id, kind, detail.replace("\n", " ").replace("\t", " ")[:500])
         out(f"{kind} {test_id}" + (f": {detail}" if detail else ""))
         passed += kind == "passed"
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except _base_exception:
+            pass
     send("finished", _str(passed))
     out(f"{passed} of {_len(named)} named tests passed")
     _exit(0 if passed == _len(named) else 1)
