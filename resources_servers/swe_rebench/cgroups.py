@@ -52,8 +52,12 @@ class SandboxCgroup:
     def pids_dir(self) -> Path:
         return self.dirs[-1]
 
-    def procs_files(self) -> list[str]:
-        return [str(directory / "cgroup.procs") for directory in self.dirs]
+    def join_files(self) -> list[str]:
+        """The files a process writes ``0`` to, to move itself in. On v1, ``tasks``: moving the writing thread
+        itself (a single-threaded launcher) skips the kernel's global lock that a ``cgroup.procs`` write takes
+        and waits on (about 10 ms a command on a loaded machine); v2 has only ``cgroup.procs``."""
+        name = "cgroup.procs" if self.version == 2 else "tasks"
+        return [str(directory / name) for directory in self.dirs]
 
     def usage(self) -> Usage:
         if self.version == 2:

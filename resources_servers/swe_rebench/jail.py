@@ -23,9 +23,9 @@ from resources_servers.swe_rebench.seccomp import SeccompUnsupported, no_userns_
 REPO = Path("/repo")
 # Where the jail shows the server's Python installation when it is not part of the system directories.
 PYTHON = Path("/opt/python")
-# The launcher, as root outside the jail: no core dumps, its own pid into each of the sandbox's cgroup.procs
-# files (the arguments up to "--"), then exec of bubblewrap, so every process of the command is born capped.
-LAUNCH_SCRIPT = 'ulimit -c 0; while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+# The launcher, as root outside the jail: no core dumps, itself into each of the sandbox's cgroups (``0`` to
+# each join file, the arguments up to "--"), then exec of bubblewrap, so every process of the command is born capped.
+LAUNCH_SCRIPT = 'ulimit -c 0; while [ "$1" != -- ]; do echo 0 > "$1" || exit 125; shift; done; shift; exec "$@"'
 INSTALL_HINT = "install bubblewrap (`apt-get install bubblewrap` on Debian and Ubuntu, `dnf install bubblewrap` on Fedora)"
 UNSAFE_HINT = "or set unsafe_no_jail: true to run the policy's commands unconfined (only for a trusted policy)"
 # Merged-/usr systems have these as symlinks into /usr; older ones as directories.
@@ -126,9 +126,9 @@ class Jail:
         args = memfd("bwrap-args", b"".join(os.fsencode(option) + b"\0" for option in options))
         if sandbox.cgroup is None:
             raise JailError(f"sandbox {sandbox.root} has no cgroup: jailed commands run only in a capped sandbox")
-        procs = sandbox.cgroup.procs_files()
+        joins = sandbox.cgroup.join_files()
         setpriv = ["setpriv", f"--reuid={sandbox.uid}", f"--regid={sandbox.uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
-        jailed = ["sh", "-c", LAUNCH_SCRIPT, "launch", *procs, "--", self.bwrap, "--args", str(args), "--", *setpriv, "--", *argv]
+        jailed = ["sh", "-c", LAUNCH_SCRIPT, "launch", *joins, "--", self.bwrap, "--args", str(args), "--", *setpriv, "--", *argv]
         env = self.env | {name.upper(): f"/{name}" for name in mounts}
         return Spawn(jailed, sandbox.root, env, (args, seccomp), sandbox.cgroup)
 

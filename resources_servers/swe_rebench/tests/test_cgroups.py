@@ -55,7 +55,7 @@ def test_v2_sandbox_cgroups_go_below_the_servers_own_with_memory_and_pids_capped
     assert (directory / "memory.max").read_text() == str(64 * MIB)
     assert (directory / "memory.oom.group").read_text() == "1"
     assert (directory / "pids.max").read_text() == "40"
-    assert cgroup.procs_files() == [str(directory / "cgroup.procs")]
+    assert cgroup.join_files() == [str(directory / "cgroup.procs")]
     (directory / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n")
     (directory / "pids.events").write_text("max 5\n")
     usage = cgroup.usage()
