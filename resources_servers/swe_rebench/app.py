@@ -5,7 +5,8 @@ size-capped tmpfs of its own, under this worker's locked part of the instance's 
 it in a dict keyed by session id. Every tool runs as a bounded subprocess inside the sandbox's jail
 (``jail.py``), which shows that repository and nothing else of the host. ``/verify`` pops the sandbox,
 takes the patch as ``git diff`` against the seed commit (in the jail), applies it to a fresh copy of the
-task in a fresh sandbox, runs the hidden tests there (jailed too), and removes both.
+task in a fresh sandbox, runs the hidden tests there (jailed too) and grades from the per-test results
+the runner signs over a channel of that run alone (``grading.py``), and removes both.
 
 With durable sessions (on when routed, ``nemo_gym.durable``), each session's sandbox is stored by name
 (``sessions.py``) and outlives its worker and a restart: sweeps spare the sandboxes the store names, and

@@ -245,4 +245,5 @@ def main() -> None:
     _exit(0 if passed == _len(named) else 1)
 
 
-main()
+if __name__ == "__main__":
+    main()

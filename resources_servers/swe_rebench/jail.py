@@ -1,10 +1,12 @@
 """The jail: every command of a sandbox runs in bubblewrap namespaces that show the system read-only and that sandbox alone.
 
 Inside, the session's repository is ``/repo`` (its own size-capped tmpfs, the only writable place besides a
-fresh, capped ``/tmp``); there is no network, a PID namespace that dies with the command, and the command
-runs as the sandbox's own unprivileged uid, under limits on its memory and its number of processes.
+fresh, capped ``/tmp``); there is no network, a PID namespace that dies with the command, no user
+namespaces (``seccomp.py``), and the command runs as the sandbox's own unprivileged uid, in the sandbox's
+cgroup, which caps the memory and the processes of all its commands together (``cgroups.py``).
 Nothing else of the host is there: no task templates, no hidden tests, no state or socket directory,
-no other sandbox. ``NoJail`` runs the same commands unconfined, for ``unsafe_no_jail: true``.
+no other sandbox, and the Python installation at ``/opt/python`` rather than at its host path.
+``NoJail`` runs the same commands unconfined, for ``unsafe_no_jail: true``.
 """
 
 from __future__ import annotations

@@ -286,6 +286,12 @@ def test_a_missing_bwrap_stops_the_start_with_how_to_install_it(tmp_path):
         make_server(tmp_path / "sandboxes", bwrap="/nonexistent/bwrap")
 
 
+def test_a_machine_without_a_known_seccomp_filter_refuses_to_start_naming_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result(("Linux", "host", "6", "#1", "riscv64")))
+    with pytest.raises(JailError, match="refuses user namespaces with a seccomp filter: no seccomp filter .* 'riscv64'.*unsafe_no_jail"):
+        make_server(tmp_path / "sandboxes")
+
+
 def test_unsafe_no_jail_starts_without_bwrap_and_says_so_loudly(tmp_path, caplog):
     server = make_server(tmp_path / "sandboxes", bwrap="/nonexistent/bwrap", unsafe_no_jail=True)
     with TestClient(server.build_app()) as client:
