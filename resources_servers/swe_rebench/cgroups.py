@@ -17,6 +17,7 @@ import hashlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,14 +146,19 @@ class Cgroups:
         write(cgroup.pids_dir / "pids.max", self.processes)
         return cgroup
 
-    def sweep(self, live: set[str]) -> None:
-        """Remove the cgroups of sandboxes that are gone (``live``: the ``worker-*/sandbox-*`` names still on disk)."""
-        names = {name.replace("/", ".") for name in live}
+    def sweep(self, live: Callable[[], set[str]]) -> None:
+        """Remove the cgroups of sandboxes that are gone (``live``: the ``worker-*/sandbox-*`` names on disk).
+
+        The cgroups are listed before the sandboxes, and a sandbox's directory is made before its cgroup:
+        so a cgroup made by another worker meanwhile always has its sandbox in ``live``."""
+        entries = []
         for group in self.groups:
             with contextlib.suppress(FileNotFoundError):
-                for entry in group.iterdir():
-                    if entry.is_dir() and entry.name not in names:
-                        remove_cgroup(entry)
+                entries += [entry for entry in group.iterdir() if entry.is_dir()]
+        names = {name.replace("/", ".") for name in live()}
+        for entry in entries:
+            if entry.name not in names:
+                remove_cgroup(entry)
 
     def close(self) -> None:
         """Remove the instance's own directories once no sandbox cgroup is left in them."""

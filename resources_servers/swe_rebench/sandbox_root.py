@@ -137,7 +137,7 @@ class SandboxRoot:
             finally:
                 os.close(lock)
         if self.cgroups is not None:
-            self.cgroups.sweep({path.relative_to(self.path).as_posix() for path in self.path.glob("worker-*/sandbox-*")})
+            self.cgroups.sweep(lambda: {path.relative_to(self.path).as_posix() for path in self.path.glob("worker-*/sandbox-*")})
 
     def empty(self, worker_dir: Path, kept: set[str]) -> None:
         """Remove a gone worker's directory but for its kept sandboxes."""

@@ -28,7 +28,7 @@ def sandbox_dir(tmp_path):
     yield tmp_path / "sandboxes"
     remove_tree(tmp_path / "sandboxes")
     cgroups = Cgroups.for_root((tmp_path / "sandboxes").resolve(), MIB, 1)
-    cgroups.sweep(set())
+    cgroups.sweep(set)
     cgroups.close()
 
 
