@@ -20,6 +20,7 @@ from pathlib import Path
 
 from nemo_gym import config as gym_config
 from nemo_gym.launcher import Launcher
+from nemo_gym.openai_utils import new_response
 from nemo_gym.rollouts import read_rows
 
 DATA = Path(__file__).resolve().parents[1] / "resources_servers" / "swe_rebench" / "data" / "example.jsonl"
@@ -60,7 +61,7 @@ def main() -> None:
                     times[mode, "seed_session"].append(post(session, f"{url}/seed_session", row))
                     for step, command in COMMANDS.items():
                         times[mode, step].append(post(session, f"{url}/run_command", {"command": command}))
-                    post(session, f"{url}/verify", {**row, "response": {"output": []}})
+                    post(session, f"{url}/verify", {**row, "response": new_response().model_dump(mode="json")})
         finally:
             launcher.stop()
     print(f"{args.rounds} rounds, one worker each; " + "; ".join(f"{step} = {command!r}" for step, command in COMMANDS.items()))

@@ -5,7 +5,8 @@ size-capped tmpfs of its own, under this worker's locked part of the instance's 
 it in a dict keyed by session id. Every tool runs as a bounded subprocess inside the sandbox's jail
 (``jail.py``), which shows that repository and nothing else of the host. ``/verify`` pops the sandbox,
 takes the patch as ``git diff`` against the seed commit (in the jail), applies it to a fresh copy of the
-task in a fresh sandbox, runs the hidden tests there (jailed too), and removes both.
+task in a fresh sandbox, runs the hidden tests there (jailed too) and grades from the per-test results
+the runner signs over a channel of that run alone (``grading.py``), and removes both.
 
 With durable sessions (on when routed, ``nemo_gym.durable``), each session's sandbox is stored by name
 (``sessions.py``) and outlives its worker and a restart: sweeps spare the sandboxes the store names, and
@@ -19,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import sys
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -39,10 +39,11 @@ from nemo_gym.base_resources_server import (
     SimpleResourcesServer,
 )
 from nemo_gym.signing_secret import state_dir
+from resources_servers.swe_rebench.cgroups import Cgroups, SandboxCgroup, Usage
+from resources_servers.swe_rebench.grading import MAX_REPORT_BYTES, RUNNER_SOURCE, Orders, judge
 from resources_servers.swe_rebench.jail import Jail, Limits, NoJail
 from resources_servers.swe_rebench.sandbox import (
     GRADE_COPY_SCRIPT,
-    HIDDEN_TEST_RUNNER,
     PATCH_SCRIPT,
     SEED_SCRIPT,
     PathError,
@@ -73,11 +74,14 @@ class SweRebenchConfig(BaseResourcesServerConfig):
     bwrap: str = "bwrap"
     # Run the policy's commands unconfined, as the server's user: only for a trusted policy.
     unsafe_no_jail: bool = False
-    # Jail limits: the repository's tmpfs (and, apart, each command's /tmp), address space per process,
-    # processes of the sandbox at once.
+    # Jail limits: the repository's tmpfs (and, apart, each command's /tmp); memory and processes of all of
+    # a sandbox's commands together (its cgroup).
     max_disk_mb: int = Field(256, gt=0)
     max_memory_mb: int = Field(2048, gt=0)
     max_processes: int = Field(64, gt=0)
+    # The cgroup the sandboxes' cgroups go below (on v1 a directory holding one per controller, memory/ and
+    # pids/); default: the server's own cgroup in each hierarchy.
+    cgroup_parent: str | None = None
     command_timeout_seconds: float = Field(30.0, gt=0)
     test_timeout_seconds: float = Field(60.0, gt=0)
     max_output_bytes: int = Field(16384, gt=0)
@@ -128,6 +132,8 @@ class CommandResponse(BaseModel):
     output: str
     truncated: bool
     timed_out: bool
+    # Which cap of the sandbox the command went over (memory or processes) and what the kernel did; null: none.
+    over_limit: str | None = None
 
 
 class RunTestsResponse(CommandResponse):
@@ -175,7 +181,8 @@ class SweRebenchServer(SimpleResourcesServer):
         else:
             limits = Limits(self.config.max_disk_mb * MIB, self.config.max_memory_mb * MIB, self.config.max_processes)
             self.jail = Jail(self.config.bwrap, limits, hidden=[self.tasks_dir, root, state_dir().resolve()])
-            self.root = SandboxRoot(root, disk_bytes=limits.disk_bytes, kept=self.durable_sandboxes)
+            cgroups = Cgroups.for_root(root, limits.memory_bytes, limits.processes, self.config.cgroup_parent)
+            self.root = SandboxRoot(root, disk_bytes=limits.disk_bytes, kept=self.durable_sandboxes, cgroups=cgroups)
         self.sandboxes = Sandboxes(self.root, self.tasks)
         self.process_slots = asyncio.Semaphore(self.config.max_concurrent_processes)
 
@@ -228,18 +235,43 @@ class SweRebenchServer(SimpleResourcesServer):
         stdin: bytes | None = None,
         timeout: float | None = None,
         max_output: int | None = None,
+        pass_fds: tuple[int, ...] = (),
     ) -> ProcessResult:
-        """A bounded subprocess in the sandbox's jail, in its working copy; ``mounts`` are shown read-only at ``$<NAME>``."""
-        argv, cwd, env = self.jail.command(sandbox, argv, mounts or {})
+        """A bounded subprocess in the sandbox's jail, in its working copy; ``mounts`` are shown read-only at ``$<NAME>``,
+        ``pass_fds`` are inherited. Jailed, the result says when the command went over a cap of the sandbox."""
         async with self.process_slots:
-            return await run_process(
-                argv,
-                cwd,
-                env,
-                timeout or self.config.command_timeout_seconds,
-                max_output or self.config.max_output_bytes,
-                stdin,
+            spawn = self.jail.command(sandbox, argv, mounts or {})
+            try:
+                before = spawn.cgroup.usage() if spawn.cgroup else None
+                result = await run_process(
+                    spawn.argv,
+                    spawn.cwd,
+                    spawn.env,
+                    timeout or self.config.command_timeout_seconds,
+                    max_output or self.config.max_output_bytes,
+                    stdin,
+                    spawn.fds + pass_fds,
+                )
+            finally:
+                spawn.close()
+            if spawn.cgroup is not None:
+                result.over_limit = self.over_limit(spawn.cgroup, before)
+            return result
+
+    def over_limit(self, cgroup: SandboxCgroup, before: Usage) -> str | None:
+        after = cgroup.usage()
+        if after.oom_kills > before.oom_kills:
+            killed = "all its processes" if cgroup.version == 2 else f"{after.oom_kills - before.oom_kills} of its processes"
+            return (
+                f"memory: the sandbox's processes together reached max_memory_mb ({self.config.max_memory_mb} MB); "
+                f"the kernel killed {killed}"
             )
+        if after.refused_forks > before.refused_forks:
+            return (
+                f"processes: the sandbox reached max_processes ({self.config.max_processes} at once); "
+                f"{after.refused_forks - before.refused_forks} new processes were refused"
+            )
+        return None
 
     def sandbox_of(self, request: Request) -> Sandbox:
         session_id = request.session[SESSION_ID_KEY]
@@ -314,7 +346,7 @@ class SweRebenchServer(SimpleResourcesServer):
     async def run_tests(self, request: Request, body: RunTestsRequest) -> RunTestsResponse:
         """Run the repository's tests (python -m unittest); returns whether they passed and their output."""
         sandbox = self.sandbox_of(request)
-        result = await self.run(sandbox, [sys.executable, "-m", "unittest"], timeout=self.config.test_timeout_seconds)
+        result = await self.run(sandbox, [self.jail.python, "-m", "unittest"], timeout=self.config.test_timeout_seconds)
         return RunTestsResponse(**vars(result), passed=result.ok)
 
     async def verify(self, request: Request, body: SweRebenchVerifyRequest) -> SweRebenchVerifyResponse:
@@ -355,11 +387,25 @@ class SweRebenchServer(SimpleResourcesServer):
         applied = await self.run(graded, copy, {"template": task.repo}, stdin=patch.encode() if patch else None)
         if not applied.ok:
             return Grade(patch=patch, reason=f"the patch does not apply: {describe(applied)}")
-        argv = [sys.executable, "-I", "-S", "-c", HIDDEN_TEST_RUNNER]
-        tests = await self.run(graded, argv, {"hidden": task.hidden_tests}, timeout=self.config.test_timeout_seconds)
-        if tests.ok:
+        report = os.memfd_create("hidden-test-report", 0)
+        try:
+            orders = Orders.new(report, task.tests)
+            argv = [self.jail.python, "-I", "-S", "-c", RUNNER_SOURCE]
+            tests = await self.run(
+                graded,
+                argv,
+                {"hidden": task.hidden_tests},
+                stdin=orders.stdin,
+                timeout=self.config.test_timeout_seconds,
+                pass_fds=(report,),
+            )
+            lines = os.pread(report, MAX_REPORT_BYTES + 1, 0)
+        finally:
+            os.close(report)
+        verdict = judge(lines, orders.key, task.tests, tests.exit_code, tests.timed_out)
+        if verdict.passed:
             return Grade(reward=1.0, patch=patch, tests_passed=True, test_output=tests.output)
-        reason = "the hidden tests timed out" if tests.timed_out else "the hidden tests failed"
+        reason = verdict.reason + (f" ({tests.over_limit})" if tests.over_limit else "")
         reason += "" if patch else " (the patch is empty: nothing was changed)"
         return Grade(patch=patch, test_output=tests.output, reason=reason)
 

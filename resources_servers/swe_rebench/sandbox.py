@@ -8,6 +8,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from resources_servers.swe_rebench.cgroups import SandboxCgroup
+from resources_servers.swe_rebench.grading import NamedTests
 from resources_servers.swe_rebench.tmpfs import remove_tree
 
 READ_CHUNK = 65536
@@ -27,39 +29,29 @@ SEED_SCRIPT = (
 GRADE_COPY_SCRIPT = 'cp -R "$TEMPLATE"/. . && { test -z "$1" || git apply --whitespace=nowarn -; }'
 # The patch is every change since the seed commit, new files included.
 PATCH_SCRIPT = 'git add -A && git diff --cached --binary "$1"'
-# Hidden tests (mounted at $HIDDEN) run with only the standard library and the patched repository (the
-# working directory) on the path, the repository last, so a patch cannot put its own `unittest` (or any
-# stdlib module) in the grader's way.
-HIDDEN_TEST_RUNNER = """
-import os, sys, unittest
-hidden = os.environ["HIDDEN"]
-sys.path.append(os.getcwd())
-result = unittest.TextTestRunner(stream=sys.stdout).run(unittest.defaultTestLoader.discover(hidden, top_level_dir=hidden))
-sys.exit(0 if result.wasSuccessful() and result.testsRun else 1)
-"""
-
-
 class PathError(ValueError):
     """A path argument that is empty or would lead outside the sandbox."""
 
 
 @dataclass(frozen=True)
 class Task:
-    """A task shipped in ``data/tasks/<task_id>/``: ``repo/`` is what the model sees, ``hidden/`` grades it."""
+    """A task shipped in ``data/tasks/<task_id>/``: ``repo/`` is what the model sees, ``hidden/`` grades it,
+    ``tests.json`` names the hidden tests that must pass (``FAIL_TO_PASS`` and ``PASS_TO_PASS``)."""
 
     task_id: str
     repo: Path
     hidden_tests: Path
+    tests: NamedTests
 
 
 def load_tasks(tasks_dir: Path) -> dict[str, Task]:
     tasks = {
-        path.name: Task(path.name, path / "repo", path / "hidden")
+        path.name: Task(path.name, path / "repo", path / "hidden", NamedTests.load(path / "tests.json"))
         for path in sorted(tasks_dir.iterdir())
         if (path / "repo").is_dir() and (path / "hidden").is_dir()
     }
     if not tasks:
-        raise ValueError(f"no tasks (directories with repo/ and hidden/) in {tasks_dir}")
+        raise ValueError(f"no tasks (directories with repo/, hidden/ and tests.json) in {tasks_dir}")
     return tasks
 
 
@@ -74,12 +66,16 @@ class Sandbox:
     root: Path
     uid: int | None = None
     base_commit: str = ""
+    # Jailed, the cgroup that caps the memory and the processes of all its commands together.
+    cgroup: SandboxCgroup | None = None
 
     @property
     def repo(self) -> Path:
         return self.root / "repo"
 
     def remove(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.remove()
         remove_tree(self.root)
 
 
@@ -109,6 +105,8 @@ class ProcessResult:
     output: str
     truncated: bool
     timed_out: bool
+    # Which cap of the sandbox the command went over, and what the kernel did about it (None: none).
+    over_limit: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -116,7 +114,13 @@ class ProcessResult:
 
 
 async def run_process(
-    argv: list[str], cwd: Path, env: dict[str, str], timeout: float, max_output: int, stdin: bytes | None = None
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    max_output: int,
+    stdin: bytes | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> ProcessResult:
     """Run ``argv`` in its own process group; stdout and stderr together, the first ``max_output`` bytes kept.
 
@@ -131,6 +135,7 @@ async def run_process(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
+        pass_fds=pass_fds,
     )
     kept = bytearray()
     dropped = 0

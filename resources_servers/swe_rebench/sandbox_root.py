@@ -8,6 +8,9 @@ which another worker adopts, or the server after a restart, where they are (``re
 worker's directory goes once nothing in it is kept. Taking a worker directory and sweeping both happen
 under a lock on the root itself, so a starting worker is never swept between making its directory and
 locking it. The last worker to stop removes the root, unless durable sandboxes are left in it.
+
+Jailed, each sandbox has a cgroup of its own (``cgroups.py``), named for it: made with the sandbox (and again
+when it is re-attached), removed with it, and swept when its sandbox is no longer on disk.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import tempfile
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
+from resources_servers.swe_rebench.cgroups import Cgroups
 from resources_servers.swe_rebench.sandbox import Sandbox, Task
 from resources_servers.swe_rebench.tmpfs import mount_tmpfs, remove_tree
 
@@ -40,12 +44,16 @@ def is_sandbox_name(name: str) -> bool:
 
 
 class SandboxRoot:
-    def __init__(self, path: Path, disk_bytes: int | None, kept: Callable[[], Collection[str]] = frozenset) -> None:
+    def __init__(
+        self, path: Path, disk_bytes: int | None, kept: Callable[[], Collection[str]] = frozenset, cgroups: Cgroups | None = None
+    ) -> None:
         """``disk_bytes``: each sandbox is a tmpfs of that size owned by a uid of its own; None: a plain directory.
-        ``kept``: the names (``worker-*/sandbox-*``) of the sandboxes sweeps spare."""
+        ``kept``: the names (``worker-*/sandbox-*``) of the sandboxes sweeps spare. ``cgroups``: where each
+        sandbox gets a cgroup of its own (made with it, removed with it, swept with it); None: no cgroups."""
         self.path = path
         self.disk_bytes = disk_bytes
         self.kept = kept
+        self.cgroups = cgroups
         self.worker_dir: Path | None = None
         self.worker_lock: int | None = None
 
@@ -66,6 +74,8 @@ class SandboxRoot:
             self.sweep()
             with contextlib.suppress(OSError):
                 self.path.rmdir()
+            if self.cgroups is not None:
+                self.cgroups.close()
 
     def make(self, task: Task) -> Sandbox:
         if self.worker_dir is None:
@@ -79,6 +89,8 @@ class SandboxRoot:
             sandbox.repo.mkdir()
             if sandbox.uid is not None:
                 os.chown(sandbox.repo, sandbox.uid, sandbox.uid)
+            if self.cgroups is not None:
+                sandbox.cgroup = self.cgroups.make(self.name_of(sandbox))
         except BaseException:
             sandbox.remove()
             raise
@@ -101,7 +113,13 @@ class SandboxRoot:
             if not os.path.ismount(root) or owner not in SANDBOX_UIDS:
                 raise SandboxGone(f"{name} in {self.path} is not a jailed sandbox (a tmpfs owned by a sandbox uid); refused")
             sandbox.uid = owner
+        if self.cgroups is not None:
+            sandbox.cgroup = self.cgroups.make(name)
         return sandbox
+
+    def name_of(self, sandbox: Sandbox) -> str:
+        """``worker-*/sandbox-*``: the sandbox's name under the root (what the store keeps, what its cgroup is named for)."""
+        return sandbox.root.relative_to(self.path).as_posix()
 
     def sweep(self) -> None:
         """Remove the directories of workers that are gone (those whose lock nobody holds), sparing kept sandboxes."""
@@ -118,6 +136,8 @@ class SandboxRoot:
                 self.empty(entry, kept)
             finally:
                 os.close(lock)
+        if self.cgroups is not None:
+            self.cgroups.sweep(lambda: {path.relative_to(self.path).as_posix() for path in self.path.glob("worker-*/sandbox-*")})
 
     def empty(self, worker_dir: Path, kept: set[str]) -> None:
         """Remove a gone worker's directory but for its kept sandboxes."""

@@ -37,7 +37,7 @@ class Sandboxes(dict[str, Sandbox]):
         # A sandbox still being seeded (another request of the session ends meanwhile) has nothing to keep yet.
         if sandbox is None or not sandbox.base_commit:
             return None
-        name = sandbox.root.relative_to(self.root.path).as_posix()
+        name = self.root.name_of(sandbox)
         return SandboxState(task_id=sandbox.task.task_id, sandbox=name, base_commit=sandbox.base_commit).model_dump_json()
 
     def restore(self, session_id: str, data: str) -> None:

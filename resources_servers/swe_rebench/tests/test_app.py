@@ -85,7 +85,7 @@ def test_no_fix_scores_zero_with_an_empty_patch_and_a_reason(client, sandbox_dir
     result = verify(client)
     assert result["reward"] == 0.0 and result["tests_passed"] is False
     assert result["patch"] == ""
-    assert "hidden tests failed" in result["reason"] and "empty" in result["reason"]
+    assert "FAIL_TO_PASS test" in result["reason"] and "empty" in result["reason"]
     assert sandboxes_left(sandbox_dir) == []
 
 
@@ -93,7 +93,7 @@ def test_a_wrong_fix_scores_zero_and_its_patch_is_kept(client):
     seeded(client)
     client.post("/run_command", json={"command": "sed -i 's/return low$/return value/' bounds.py"})
     result = verify(client)
-    assert result["reward"] == 0.0 and "hidden tests failed" in result["reason"]
+    assert result["reward"] == 0.0 and "FAIL_TO_PASS test" in result["reason"]
     assert "+        return value" in result["patch"]
 
 

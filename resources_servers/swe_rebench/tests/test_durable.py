@@ -11,6 +11,7 @@ from starlette.testclient import TestClient
 from nemo_gym.durable.store import SessionStore
 from nemo_gym.openai_utils import new_response
 from resources_servers.swe_rebench.app import DEFAULT_TASKS_DIR, MIB
+from resources_servers.swe_rebench.cgroups import Cgroups
 from resources_servers.swe_rebench.sandbox import load_tasks
 from resources_servers.swe_rebench.sandbox_root import SANDBOX_UIDS, SandboxRoot
 from resources_servers.swe_rebench.sessions import sandbox_names
@@ -23,9 +24,12 @@ FIX = SWE_REBENCH_FIXES["bounds.py"]
 
 @pytest.fixture
 def sandbox_dir(tmp_path):
-    """The sandbox root; whatever the test kept in it is unmounted and removed after it."""
+    """The sandbox root; whatever the test kept in it is unmounted and removed after it, cgroups included."""
     yield tmp_path / "sandboxes"
     remove_tree(tmp_path / "sandboxes")
+    cgroups = Cgroups.for_root((tmp_path / "sandboxes").resolve(), MIB, 1)
+    cgroups.sweep(set)
+    cgroups.close()
 
 
 @pytest.fixture

@@ -6,8 +6,11 @@ repository), so a verify that answers 0.0 shows the attack changed nothing that 
 """
 
 import os
+import re
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -20,7 +23,7 @@ from starlette.testclient import TestClient
 from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
 from nemo_gym.signing_secret import state_dir
 from resources_servers.swe_rebench.app import DEFAULT_TASKS_DIR
-from resources_servers.swe_rebench.jail import JailError
+from resources_servers.swe_rebench.jail import Interpreter, Jail, JailError, system_view
 from resources_servers.swe_rebench.tests.test_app import make_server, seeded, verify
 from responses_api_models.scripted_backend.app import SWE_REBENCH_FIXES
 
@@ -158,12 +161,93 @@ def test_a_fork_bomb_fails_and_the_server_lives(tmp_path):
         assert_not_fooled(client)
 
 
-def test_a_process_cannot_take_more_memory_than_its_cap(tmp_path):
-    with TestClient(make_server(tmp_path / "sandboxes", max_memory_mb=256).build_app()) as client:
+# Eight processes each take up to 64 MB, 1 MB at a time (each MB written, so it is really held), say how
+# much they got, and hold it while the others try.
+HOG = (
+    "import time\n"
+    "held = []\n"
+    "try:\n"
+    "    while len(held) < 64:\n"
+    "        held.append(b'x' * (1 << 20))\n"
+    "except MemoryError:\n"
+    "    pass\n"
+    "print('held', len(held), flush=True)\n"
+    "time.sleep(3)\n"
+)
+
+
+def neighbour_keeps_working(app, attack) -> dict:
+    """Run ``attack`` (a callable) in a thread while a second session runs commands; the attack's result."""
+    neighbour = seeded(TestClient(app), "slug_case")
+    outcome = {}
+    attacking = threading.Thread(target=lambda: outcome.update(attack()))
+    attacking.start()
+    answers = []
+    while attacking.is_alive() or not answers:
+        answers.append(run(neighbour, "echo alive; python3 -c 'print(len(bytearray(32 << 20)))'"))
+    attacking.join()
+    assert all(answer["exit_code"] == 0 and answer["output"] == f"alive\n{32 << 20}\n" for answer in answers), answers
+    assert all(answer["over_limit"] is None for answer in answers)
+    return outcome
+
+
+def test_a_sandboxs_processes_together_cannot_hold_more_than_its_memory_cap(tmp_path):
+    server = make_server(tmp_path / "sandboxes", max_memory_mb=64, command_timeout_seconds=20)
+    with TestClient(server.build_app()) as client:
         seeded(client)
-        attempt = run(client, "python3 -c 'bytearray(512 << 20)'")
-        assert attempt["exit_code"] != 0 and "MemoryError" in attempt["output"]
+        (sandbox,) = server.sandboxes.values()
+        command = f"for i in 1 2 3 4 5 6 7 8; do python3 -c \"{HOG}\" & done; wait"
+        attempt = neighbour_keeps_working(client.app, lambda: run(client, command))
+        held = sum(int(count) for count in re.findall(r"^held (\d+)$", attempt["output"], re.MULTILINE))
+        assert held <= 64, attempt
+        assert sandbox.cgroup.peak_memory_bytes() <= 64 << 20
+        assert attempt["over_limit"].startswith("memory: the sandbox's processes together reached max_memory_mb (64 MB)")
+        assert run(client, "echo alive")["output"] == "alive\n"
         assert_not_fooled(client)
+
+
+FORK_LOOP = (
+    "import os, time\n"
+    "forked = 0\n"
+    "try:\n"
+    "    while forked < 500:\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(30)\n"
+    "            os._exit(0)\n"
+    "        forked += 1\n"
+    "except OSError as refused:\n"
+    "    print('refused:', refused)\n"
+    "print('forked', forked)\n"
+)
+
+
+def test_a_fork_loop_stops_at_max_processes_and_the_neighbours_work(tmp_path):
+    server = make_server(tmp_path / "sandboxes", max_processes=40, command_timeout_seconds=20)
+    with TestClient(server.build_app()) as client:
+        seeded(client)
+        attempt = neighbour_keeps_working(client.app, lambda: run(client, f"python3 -c \"{FORK_LOOP}\""))
+        assert "refused: [Errno 11] Resource temporarily unavailable" in attempt["output"], attempt
+        forked = int(attempt["output"].split("forked")[1])
+        assert 0 < forked < 40
+        assert attempt["over_limit"].startswith("processes: the sandbox reached max_processes (40 at once)")
+        assert run(client, "echo alive")["output"] == "alive\n"
+        assert_not_fooled(client)
+
+
+@pytest.mark.parametrize("command", ["unshare -U true", "unshare -Urm sh -c 'id; mount -t tmpfs x /mnt'"])
+def test_user_namespaces_are_refused_in_the_jail(client, command):
+    attempt = run(client, command)
+    assert attempt["exit_code"] != 0 and "unshare failed: Operation not permitted" in attempt["output"], attempt
+    assert_not_fooled(client)
+
+
+def test_no_process_in_the_jail_shows_a_host_path(server, client):
+    (sandbox,) = server.sandboxes.values()
+    listing = run(client, "sleep 5 & for p in /proc/[0-9]*; do echo \"$p: $(tr '\\0' ' ' < $p/cmdline)\"; cat $p/environ; done 2>/dev/null; echo")
+    assert "/proc/1: /usr/bin/bwrap --args" in listing["output"], listing
+    for host_path in [sandbox.root, server.root.path, DEFAULT_TASKS_DIR, sys.prefix, sys.base_prefix, state_dir()]:
+        assert str(host_path) not in listing["output"], (host_path, listing)
+    assert_not_fooled(client)
 
 
 @pytest.fixture
@@ -200,6 +284,12 @@ def test_write_file_never_writes_outside_while_a_loop_swaps_a_symlink_in(server,
 def test_a_missing_bwrap_stops_the_start_with_how_to_install_it(tmp_path):
     with pytest.raises(JailError, match="cannot find '/nonexistent/bwrap'.*apt-get install bubblewrap.*unsafe_no_jail"):
         make_server(tmp_path / "sandboxes", bwrap="/nonexistent/bwrap")
+
+
+def test_a_machine_without_a_known_seccomp_filter_refuses_to_start_naming_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "uname", lambda: os.uname_result(("Linux", "host", "6", "#1", "riscv64")))
+    with pytest.raises(JailError, match="refuses user namespaces with a seccomp filter: no seccomp filter .* 'riscv64'.*unsafe_no_jail"):
+        make_server(tmp_path / "sandboxes")
 
 
 def test_unsafe_no_jail_starts_without_bwrap_and_says_so_loudly(tmp_path, caplog):
@@ -247,3 +337,36 @@ def all_processes() -> list[tuple[int, bytes]]:
             except OSError:
                 pass
     return found
+
+
+@pytest.fixture(scope="module")
+def venv_under_tmp():
+    """A virtualenv under /tmp, as a fresh clone there makes (issue 25): the jail must not show where it is."""
+    place = Path(tempfile.mkdtemp(prefix="clone-", dir="/tmp"))
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(place / "venv")], check=True, timeout=120)
+    yield place / "venv" / "bin" / "python"
+    shutil.rmtree(place)
+
+
+def test_a_venv_under_tmp_leaves_the_jails_tmp_empty_and_runs_as_opt_python(server, client, venv_under_tmp):
+    facts = subprocess.run(
+        [str(venv_under_tmp), "-c", "import os, sys; print(sys.prefix); print(sys.base_prefix); print(os.path.realpath(sys._base_executable))"],
+        capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.split()
+    assert facts[0].startswith("/tmp/clone-")
+    interpreter = Interpreter.of(Path(facts[1]), Path(facts[2]))
+    server.jail = Jail(server.config.bwrap, server.jail.limits, [DEFAULT_TASKS_DIR], interpreter)
+    inside = run(client, "ls -A /tmp; python3 -c 'import sys; print(sys.prefix)'; cat /proc/1/cmdline /proc/self/mountinfo")
+    assert inside["output"].startswith(f"{interpreter.in_jail()}\n"), inside
+    assert "/tmp/clone-" not in inside["output"]
+    verified = verify(client)
+    assert verified["reward"] == 0.0 and "FAIL_TO_PASS" in verified["reason"]
+
+
+def test_an_installation_under_tmp_is_shown_at_opt_python_only():
+    interpreter = Interpreter(Path("/tmp/clone-x/python"), Path("bin/python3.11"))
+    view = system_view([], 1 << 20, interpreter)
+    assert interpreter.in_jail() == Path("/opt/python")
+    places = [arg for arg in view if arg.startswith("/tmp/")]
+    assert places == ["/tmp/clone-x/python"]
+    assert view[view.index("/tmp/clone-x/python") + 1] == "/opt/python"
