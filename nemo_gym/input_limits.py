@@ -98,12 +98,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.awaiting_head = True
         self.head_begun = False
         self.window_bytes = 0
+        # Whether what the connection is sending now is being timed (its timer may wait for reading to resume).
+        self.timed = False
         self.timer: asyncio.TimerHandle | None = None
         self.refused = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.flow = WatchedFlow(transport, self.rearm)
+        self.flow = WatchedFlow(transport, self.reading_resumed)
         self.rearm()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -113,7 +115,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self.refused:
             return
-        if self.awaiting_head and self.timer is None:
+        if self.awaiting_head and not self.timed:
             self.rearm()
         limit = self.limits.max_header_bytes
         while data and not self.transport.is_closing():
@@ -129,7 +131,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.head_begun = True
-        if self.timer is None:
+        if not self.timed:
             self.rearm()
 
     def on_headers_complete(self) -> None:
@@ -147,6 +149,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self.awaiting_head = True
         self.head_begun = False
         self.reset_in_feed = True
+        self.timed = False
         self.disarm()
         super().on_message_complete()
 
@@ -161,7 +164,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             seconds, verdict = self.limits.body_timeout_seconds, self.body_verdict
             self.window_bytes = 0
         if seconds is not None:
+            self.timed = True
             self.timer = self.loop.call_later(seconds, self.read_first, verdict)
+
+    def reading_resumed(self) -> None:
+        if self.timed:
+            self.rearm()
 
     def disarm(self) -> None:
         if self.timer is not None:

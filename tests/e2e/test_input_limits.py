@@ -353,3 +353,36 @@ def test_a_head_that_came_while_its_worker_was_stopped_past_the_time_limit_is_se
             writer.close()
 
     assert asyncio.run(across_a_stop()) == 200
+
+
+def test_a_kept_alive_connection_idle_past_the_head_time_limit_is_still_served(port):
+    async def twice_with_a_pause() -> list[int]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        statuses = []
+        try:
+            async with asyncio.timeout(VERDICT_BOUND_SECONDS):
+                for _ in range(2):
+                    writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                    statuses.append((await read_reply(reader))[0])
+                    await asyncio.sleep(3 * TIMEOUT_SECONDS)
+                return statuses
+        finally:
+            writer.close()
+
+    assert asyncio.run(twice_with_a_pause()) == [200, 200]
+
+
+def test_pipelined_requests_each_within_the_limit_are_all_served(port):
+    head, body = seed_request(300_000)
+    pipelined = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + head + body + head_of(LIMIT)
+
+    async def pipeline() -> list[int]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            async with asyncio.timeout(VERDICT_BOUND_SECONDS):
+                writer.write(pipelined)
+                return [(await read_reply(reader))[0] for _ in range(3)]
+        finally:
+            writer.close()
+
+    assert asyncio.run(pipeline()) == [200, 200, 200]
