@@ -89,6 +89,8 @@ class WatchedFlow(FlowControl):
 
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, held to an ``InputLimits``."""
+
     def __init__(self, *args: Any, limits: InputLimits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = limits
@@ -101,7 +103,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         # Whether what the connection is sending now is being timed (its timer may wait for reading to resume).
         self.timed = False
         self.timer: asyncio.TimerHandle | None = None
-        self.refused = False
+        # Refused, or handed to the WebSocket protocol: nothing more is parsed or timed here.
+        self.done = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -113,7 +116,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self.refused:
+        if self.done:
             return
         if self.awaiting_head and not self.timed:
             self.rearm()
@@ -121,12 +124,21 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         while data and not self.transport.is_closing():
             room = limit - self.unbodied_bytes
             if room <= 0:
-                self.refuse(431, f"The request head is larger than this server's limit of {limit} bytes (max_header_bytes).")
+                self.refuse(431, f"The request head (or a chunked body's framing or trailers) is larger than this server's limit of {limit} bytes (max_header_bytes).")
                 return
             piece, data = (data, b"") if len(data) <= room else (data[:room], data[room:])
             self.reset_in_feed = False
             super().data_received(piece)
+            if self.done:
+                return
             self.unbodied_bytes = 0 if self.reset_in_feed else self.unbodied_bytes + len(piece)
+
+    def handle_websocket_upgrade(self) -> None:
+        # From here the connection is the WebSocket protocol's (uvicorn upgrades when a WebSocket
+        # library is installed; none is in this project's dependencies).
+        self.done = True
+        self.disarm()
+        super().handle_websocket_upgrade()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -155,7 +167,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def rearm(self) -> None:
         """Start the time limit of what the connection is sending now, from its beginning."""
-        if self.refused:
+        if self.done:
             return
         self.disarm()
         if self.awaiting_head:
@@ -203,7 +215,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def refuse(self, status: int | None, detail: str) -> None:
         """Answer ``status`` (None: nothing) and close, parsing nothing more; an app that has the request sees a disconnect."""
-        self.refused = True
+        self.done = True
         self.disarm()
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
