@@ -114,7 +114,10 @@ async def connection_to_worker_other_than(port: int, worker: str) -> tuple[async
 
 async def trickle(port: int, at_once: bytes, data: bytes) -> tuple[int, bool]:
     """Send ``at_once``, then ``data`` a byte at a time until the server answers; its status, and whether it then closed."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    return await trickle_on(*await asyncio.open_connection("127.0.0.1", port), at_once, data)
+
+
+async def trickle_on(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, at_once: bytes, data: bytes) -> tuple[int, bool]:
     try:
         async with asyncio.timeout(VERDICT_BOUND_SECONDS):
             reply = asyncio.ensure_future(read_reply(reader))
@@ -276,6 +279,19 @@ def test_a_head_sent_a_byte_at_a_time_gets_408_and_the_connection_closes(port):
 
 def test_a_body_sent_a_byte_at_a_time_gets_408_and_the_connection_closes(port):
     assert asyncio.run(trickle(port, *slow_body())) == (408, True)
+
+
+def test_a_slow_body_for_a_session_of_another_worker_gets_408_and_the_session_still_serves(stack, port):
+    cookies, owner = seeded_session(stack, initial_count=3)
+    head, body = seed_request(1000)
+    head = head.replace(b"Host: x\r\n", f"Host: x\r\nCookie: {cookie_header(cookies)}\r\n".encode())
+
+    async def slow_forward() -> tuple[int, bool]:
+        return await trickle_on(*await connection_to_worker_other_than(port, owner), head, body)
+
+    assert asyncio.run(slow_forward()) == (408, True)
+    reply = requests.post(stack.instances["counter"].url + "/get_counter_value", json={}, cookies=cookies, timeout=30)
+    assert reply.json() == {"count": 3}
 
 
 def test_a_body_that_keeps_moving_is_served_however_long_it_takes(port):
