@@ -124,7 +124,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         while data and not self.transport.is_closing():
             room = limit - self.unbodied_bytes
             if room <= 0:
-                self.refuse(431, f"The request head (or a chunked body's framing or trailers) is larger than this server's limit of {limit} bytes (max_header_bytes).")
+                detail = f"The request head (or a chunked body's framing or trailers) is larger than this server's limit of {limit} bytes"
+                self.refuse(431, detail + " (max_header_bytes).")
                 return
             piece, data = (data, b"") if len(data) <= room else (data[:room], data[room:])
             self.reset_in_feed = False
@@ -210,8 +211,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self.window_bytes >= max(1, rate * seconds):
             self.rearm()
             return
-        detail = f"The request body brought fewer than {rate:g} bytes a second for {seconds:g} seconds (min_body_bytes_per_second, body_timeout_seconds)."
-        self.refuse(408, detail)
+        detail = f"The request body brought fewer than {rate:g} bytes a second for {seconds:g} seconds"
+        self.refuse(408, detail + " (min_body_bytes_per_second, body_timeout_seconds).")
 
     def refuse(self, status: int | None, detail: str) -> None:
         """Answer ``status`` (None: nothing) and close, parsing nothing more; an app that has the request sees a disconnect."""
