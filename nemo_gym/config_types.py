@@ -14,6 +14,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nemo_gym.config import DEFAULT_HOST
+from nemo_gym.input_limits import (
+    DEFAULT_BODY_TIMEOUT_SECONDS,
+    DEFAULT_HEADER_TIMEOUT_SECONDS,
+    DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_MIN_BODY_BYTES_PER_SECOND,
+)
 from nemo_gym.signing_secret import check_length
 
 
@@ -87,6 +93,12 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     session_secret: str | None = None
     # Larger request bodies get 413 before they are read.
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
+    # A larger request head gets 431; a head slower than this, or a body slower than this rate over
+    # such a window, gets 408 (nemo_gym/input_limits.py, README "Input every server refuses").
+    max_header_bytes: int = Field(default=DEFAULT_MAX_HEADER_BYTES, gt=0)
+    header_timeout_seconds: float = Field(default=DEFAULT_HEADER_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False)
+    body_timeout_seconds: float = Field(default=DEFAULT_BODY_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False)
+    min_body_bytes_per_second: float = Field(default=DEFAULT_MIN_BODY_BYTES_PER_SECOND, ge=0, allow_inf_nan=False)
     # Off switch for session routing (on by default for resources servers and agents).
     route_sessions: bool = True
     # Balanced placement (off by default): a new session starts on the worker that has started fewest,

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from nemo_gym import config as gym_config
 from nemo_gym.global_config import CONFIG_PATH_ENV
+from nemo_gym.input_limits import InputLimits
 from nemo_gym.redaction import redact
 
 DEFAULT_HEAD_PORT = 11000
@@ -38,7 +39,9 @@ def fetch_instances(head_url: str, timeout: float = 10) -> dict[str, gym_config.
 
 def main() -> None:
     app = build_app(os.environ[CONFIG_PATH_ENV])
-    uvicorn.run(app, host=gym_config.DEFAULT_HOST, port=int(os.environ[HEAD_PORT_ENV]), log_level="warning", access_log=False)
+    port = int(os.environ[HEAD_PORT_ENV])
+    # The default limits: the head endpoint has no settings of its own.
+    uvicorn.run(app, host=gym_config.DEFAULT_HOST, port=port, log_level="warning", access_log=False, http=InputLimits().protocol())
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.store import SessionStore, StoreError, store_path
 from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
+from nemo_gym.input_limits import InputLimits
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
 from nemo_gym.server import SimpleServer, find_server_class
 from nemo_gym.server_utils import ENTRYPOINT_ENV, NUM_WORKERS_ENV, WORKER_ENV
@@ -60,6 +61,11 @@ def serve(server_class: type[SimpleServer] | None = None) -> None:
         session_secret(instance.name, instance.settings.get("session_secret"))
     except SecretError as error:
         sys.exit(f"server {instance.name!r} cannot start: {error}")
+    config = server_class.validate_config(instance.name, instance.settings)
+    try:
+        check_store(server_class, config, instance.name)
+    except StoreError as error:
+        sys.exit(f"server {instance.name!r} cannot start: {error}")
     options = dict(
         host=instance.host,
         port=instance.port,
@@ -71,6 +77,7 @@ def serve(server_class: type[SimpleServer] | None = None) -> None:
         # A worker replacing a dead one must start within this; 8 workers importing at once on 2 busy
         # cores can take longer than uvicorn's 5 s default, which would kill and restart them in a loop.
         timeout_worker_healthcheck=30,
+        http=InputLimits.of(config).protocol(),
     )
     if instance.num_workers == 1:
         uvicorn.run(worker_app(), **options)
@@ -84,11 +91,6 @@ def serve(server_class: type[SimpleServer] | None = None) -> None:
         }
     )
     options.update(workers=instance.num_workers, factory=True)
-    config = server_class.validate_config(instance.name, instance.settings)
-    try:
-        check_store(server_class, config, instance.name)
-    except StoreError as error:
-        sys.exit(f"server {instance.name!r} cannot start: {error}")
     # Every routed worker serves a private socket in this directory; it goes when the server stops. A
     # launcher may hand one over, so that it can remove it even if this process is killed.
     if not server_class.is_routed(config) or os.environ.get(SOCKET_DIR_ENV):

@@ -28,6 +28,7 @@ from nemo_gym.durable.store import SessionStore, store_path
 from nemo_gym.durable.write_through import WriteThrough
 from nemo_gym.errors import ServerErrorsAsJson, server_error
 from nemo_gym.global_config import INSTANCE_ENV, get_first_server_config_dict, get_global_config_dict
+from nemo_gym.input_limits import InputLimits
 from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.liveness import LifeLock
@@ -219,7 +220,7 @@ class SimpleServer(BaseModel):
             stack.callback(life_lock.release)
             if self._worker_id is not None:
                 # Other workers reach this one's sessions only once its own start-up is done.
-                private = PrivateServer(app, socket_path(self._socket_dir, self._worker_id))
+                private = PrivateServer(app, socket_path(self._socket_dir, self._worker_id), InputLimits.of(self.config))
                 stack.push_async_callback(self._forwarder.close)
                 await private.start()
                 stack.push_async_callback(private.stop)

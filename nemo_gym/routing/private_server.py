@@ -14,6 +14,7 @@ import os
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from nemo_gym.input_limits import InputLimits
 from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
 
 # The forwarding worker's note of the caller's address; trusted only on arrival here.
@@ -60,11 +61,12 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class PrivateServer:
-    def __init__(self, app: ASGIApp, path: str) -> None:
+    def __init__(self, app: ASGIApp, path: str, limits: InputLimits) -> None:
         self.path = path
         config = uvicorn.Config(
             PrivateEntrance(app),
             uds=path,
+            http=limits.for_siblings().protocol(),
             backlog=MAX_BACKLOG,
             lifespan="off",
             server_header=False,
