@@ -29,6 +29,8 @@ START_TIMEOUT_SECONDS = 60
 START_TIMEOUT_PER_WORKER_SECONDS = 10
 LOG_TAIL_LINES = 30
 WORKER_LOG_TAIL_LINES = 10
+# Of a server whose workers uvicorn replaced again and again, the logs of the latest few.
+WORKER_LOGS_SHOWN = 8
 
 
 def default_start_timeout(instances: dict[str, Instance]) -> float:
@@ -100,9 +102,10 @@ class Launcher:
             )
 
     def log_tail(self, name: str) -> str:
-        """The last lines of a server's log, then of each of its workers' own logs."""
+        """The last lines of a server's log, then of each of its (latest) workers' own logs."""
         sections = [tail(self.run_dir / f"{name}.log", LOG_TAIL_LINES)]
-        for pid, path in sorted(self.worker_logs(name).items()):
+        newest = sorted(self.worker_logs(name).items(), key=lambda item: item[1].stat().st_mtime)[-WORKER_LOGS_SHOWN:]
+        for pid, path in sorted(newest):
             sections.append(f"--- {name}: worker process {pid}; its last log lines ---\n{tail(path, WORKER_LOG_TAIL_LINES)}")
         return "\n".join(sections)
 
