@@ -54,7 +54,7 @@ def is_alive(socket_dir: str, worker_id: str) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         try:
             probe.bind(life_name(socket_dir, worker_id))
-        except OSError:
+        except OSError:  # in use; or, failing for any other reason, not known dead: never adopt on a doubt
             return True
     return False
 
