@@ -32,10 +32,12 @@ def anyio_backend() -> str:
 
 @contextlib.contextmanager
 def servers_started() -> Iterator[Callable[..., Launcher]]:
-    """A function that starts a config (a mapping in the YAML shape) as real processes; all are stopped by PID at the end."""
+    """A function that starts a config (a mapping in the YAML shape) as real processes; all are stopped by PID at the end.
+
+    ``timeout`` defaults to the launcher's, which grows with the number of workers."""
     launchers: list[Launcher] = []
 
-    def start(data: dict[str, Any], extra_env: dict[str, str] | None = None, timeout: float = 90) -> Launcher:
+    def start(data: dict[str, Any], extra_env: dict[str, str] | None = None, timeout: float | None = None) -> Launcher:
         instances = gym_config.parse(data)
         gym_config.check_settings(instances)
         launcher = Launcher(instances, gym_config.free_port(), extra_env)

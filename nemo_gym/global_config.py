@@ -11,6 +11,8 @@ from omegaconf import DictConfig, OmegaConf
 
 CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"
 INSTANCE_ENV = "NEMO_GYM_INSTANCE"
+# Where each worker of a multi-worker server writes its output, to a file of its own (the launcher's logs).
+WORKER_LOG_DIR_ENV = "NEMO_GYM_WORKER_LOG_DIR"
 TASK_INDEX_KEY_NAME = "_ng_task_index"
 ROLLOUT_INDEX_KEY_NAME = "_ng_rollout_index"
 AGENT_REF_KEY_NAME = "agent_ref"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,16 +12,29 @@ import sys
 import tempfile
 import time
 import urllib.request
+from glob import escape as glob_escape
 from pathlib import Path
 
 from nemo_gym.config import REPO_ROOT, Instance, merge
 from nemo_gym.head import HEAD_PORT_ENV
-from nemo_gym.routing.liveness import live_workers
+from nemo_gym.routing.liveness import life_sockets, live_workers
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
-from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
+from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV, WORKER_LOG_DIR_ENV
 from nemo_gym.server_paths import EXTRA_ROOTS_ENV
 
 STOP_GRACE_SECONDS = 15
+# How long a start may take before it fails, unless set (``--start-timeout``): this, plus the second
+# figure for every worker the config starts, since the workers import and start up on the same cores.
+START_TIMEOUT_SECONDS = 60
+START_TIMEOUT_PER_WORKER_SECONDS = 10
+LOG_TAIL_LINES = 30
+WORKER_LOG_TAIL_LINES = 10
+# Of a server whose workers uvicorn replaced again and again, the logs of the latest few.
+WORKER_LOGS_SHOWN = 8
+
+
+def default_start_timeout(instances: dict[str, Instance]) -> float:
+    return START_TIMEOUT_SECONDS + START_TIMEOUT_PER_WORKER_SECONDS * sum(instance.num_workers for instance in instances.values())
 
 
 class LaunchError(RuntimeError):
@@ -30,10 +44,14 @@ class LaunchError(RuntimeError):
 class Launcher:
     """Runs the servers of one resolved config, plus the head endpoint that serves that config."""
 
-    def __init__(self, instances: dict[str, Instance], head_port: int, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, instances: dict[str, Instance], head_port: int, extra_env: dict[str, str] | None = None, start_timeout: float | None = None
+    ) -> None:
         self.instances = instances
         self.head_port = head_port
         self.extra_env = extra_env or {}
+        # Seconds until every server answers and every worker serves; else the start fails.
+        self.start_timeout = default_start_timeout(instances) if start_timeout is None else start_timeout
         self.run_dir = Path(tempfile.mkdtemp(prefix="nemo_gym_run_"))
         self.processes: dict[str, subprocess.Popen] = {}
         # A socket directory per multi-worker server, made here so that stop() removes it whatever
@@ -50,10 +68,14 @@ class Launcher:
             resolved = merge(resolved, instance.to_dict())
         return resolved
 
-    def start(self, timeout: float = 60) -> "Launcher":
+    def start(self, timeout: float | None = None) -> "Launcher":
+        """Start every server and wait until all serve, for ``timeout`` seconds (default: ``start_timeout``)."""
+        timeout = self.start_timeout if timeout is None else timeout
         config_path = self.run_dir / "resolved_config.json"
         config_path.write_text(json.dumps(self.resolved_config(), indent=2))
         env = {**os.environ, **self.extra_env, CONFIG_PATH_ENV: str(config_path), HEAD_PORT_ENV: str(self.head_port)}
+        # Every line a server prints is in its log at once, even if it is killed next.
+        env.update({"PYTHONUNBUFFERED": "1", WORKER_LOG_DIR_ENV: str(self.run_dir)})
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         # Servers found outside the install root import from where the config found them.
         roots = [str(i.directory.parent.parent) for i in self.instances.values() if i.directory is not None]
@@ -79,9 +101,18 @@ class Launcher:
                 [sys.executable, "-m", *module], env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
 
-    def log_tail(self, name: str, lines: int = 30) -> str:
-        path = self.run_dir / f"{name}.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+    def log_tail(self, name: str) -> str:
+        """The last lines of a server's log, then of each of its (latest) workers' own logs."""
+        sections = [tail(self.run_dir / f"{name}.log", LOG_TAIL_LINES)]
+        newest = sorted(self.worker_logs(name).items(), key=lambda item: item[1].stat().st_mtime)[-WORKER_LOGS_SHOWN:]
+        for pid, path in sorted(newest):
+            sections.append(f"--- {name}: worker process {pid}; its last log lines ---\n{tail(path, WORKER_LOG_TAIL_LINES)}")
+        return "\n".join(sections)
+
+    def worker_logs(self, name: str) -> dict[int, Path]:
+        """Each worker process of a multi-worker server (its PID) that has started, and its own log."""
+        prefix = f"{name}.worker-"
+        return {int(path.name[len(prefix) : -len(".log")]): path for path in self.run_dir.glob(glob_escape(prefix) + "*.log")}
 
     def _wait_ready(self, urls: dict[str, str], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -93,13 +124,29 @@ class Launcher:
                 if self._every_worker_serves(name) and self._answers(url):
                     del waiting[name]
             if waiting and time.monotonic() > deadline:
-                logs = "".join(f"\n--- {name} ---\n{self.log_tail(name)}" for name in sorted(waiting))
-                raise LaunchError(f"servers {sorted(waiting)} did not have every worker serving within {timeout} s:{logs}")
+                reports = "\n".join(self._not_serving(name) for name in sorted(waiting))
+                raise LaunchError(f"servers {sorted(waiting)} were not serving within {timeout:g} s (a longer limit: --start-timeout SECONDS):\n{reports}")
             if waiting:
                 time.sleep(0.1)
 
+    def _not_serving(self, name: str) -> str:
+        """What of a server is not up: the workers that do not serve, each with its last log lines, then the
+        server's own log."""
+        process = self.processes[name]
+        socket_dir = self.socket_dirs.get(name)
+        if socket_dir is None:
+            return f"--- {name}: process {process.pid}, not answering GET /; its last log lines ---\n{tail(self.run_dir / f'{name}.log', LOG_TAIL_LINES)}"
+        logs = self.worker_logs(name)
+        workers = children(process.pid) & set(logs)
+        serving = holding_life_names(workers, socket_dir)
+        lines = [f"--- {name}: {live_workers(socket_dir)} of {self.instances[name].num_workers} workers serving ---"]
+        for pid in sorted(workers - serving):
+            lines.append(f"--- {name}: worker process {pid}, not serving; its last log lines ---\n{tail(logs[pid], LOG_TAIL_LINES)}")
+        lines.append(f"--- {name}: its server process {process.pid}; its last log lines ---\n{tail(self.run_dir / f'{name}.log', LOG_TAIL_LINES)}")
+        return "\n".join(lines)
+
     def _every_worker_serves(self, name: str) -> bool:
-        """A multi-worker server is up only once each of its workers holds its life lock."""
+        """A multi-worker server is up only once each of its workers holds its life name."""
         socket_dir = self.socket_dirs.get(name)
         return socket_dir is None or live_workers(socket_dir) >= self.instances[name].num_workers
 
@@ -145,3 +192,25 @@ class Launcher:
 
     def __exit__(self, *exc_info) -> None:
         self.stop()
+
+
+def tail(path: Path, lines: int) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+def children(pid: int) -> set[int]:
+    try:
+        return {int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+    except OSError:
+        return set()
+
+
+def holding_life_names(pids: set[int], socket_dir: str) -> set[int]:
+    """Those of ``pids`` that hold a life name of this socket directory's workers (by socket inode)."""
+    held = {f"socket:[{inode}]" for inode in life_sockets(socket_dir).values()}
+    holding = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) in held for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                holding.add(pid)
+    return holding

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp
 from nemo_gym import config as gym_config
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.store import SessionStore, StoreError, store_path
-from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
+from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV, WORKER_LOG_DIR_ENV
 from nemo_gym.input_limits import InputLimits
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
 from nemo_gym.server import SimpleServer, find_server_class
@@ -36,8 +36,27 @@ def this_instance() -> gym_config.Instance:
         return gym_config.parse(json.load(file), check_ports=False)[name]
 
 
+def worker_log_path(log_dir: str, instance: str, pid: int) -> str:
+    return os.path.join(log_dir, f"{instance}.worker-{pid}.log")
+
+
+def write_own_log() -> None:
+    """In a worker of a multi-worker server started by the launcher: this process's output goes to a log
+    of its own from now on, so that a worker that does not come up can be shown with its own last lines."""
+    log_dir = os.environ.get(WORKER_LOG_DIR_ENV)
+    if not log_dir or os.environ.get(WORKER_ENV) != "1":
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log = os.open(worker_log_path(log_dir, os.environ[INSTANCE_ENV], os.getpid()), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+
+
 def worker_app() -> ASGIApp:
     """The app of one worker: the module's own ``app`` if importing it made one, else built from its server class."""
+    write_own_log()
     module = importlib.import_module(this_instance().module)
     app = getattr(module, "app", None)
     if app is not None:

@@ -31,12 +31,12 @@ from nemo_gym.global_config import INSTANCE_ENV, get_first_server_config_dict, g
 from nemo_gym.input_limits import InputLimits
 from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.forwarder import Forwarder
-from nemo_gym.routing.liveness import LifeLock
+from nemo_gym.routing.liveness import LifeName
 from nemo_gym.routing.owner import OwnerReader
 from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.private_server import PrivateServer
 from nemo_gym.routing.router import SessionRouter
-from nemo_gym.routing.worker import SOCKET_DIR_ENV, new_worker_id, socket_path
+from nemo_gym.routing.worker import SOCKET_DIR_ENV, new_worker_id, socket_address
 from nemo_gym.server_utils import WORKER_ENV, ServerClient
 from nemo_gym.session_token import token_serializer
 from nemo_gym.sessions import SessionIdMiddleware, session_cookie_name
@@ -66,7 +66,7 @@ class SimpleServer(BaseModel):
 
     # This worker's ID, stamped into the sessions it creates; None when nothing is routed.
     _worker_id: str | None = PrivateAttr(None)
-    # Where each worker holds its life lock (and, routed, serves its private socket).
+    # Names each worker's life name and (routed) private socket, and holds the placement counters.
     _socket_dir: str | None = PrivateAttr(None)
     _forwarder: Forwarder | None = PrivateAttr(None)
     _placement: Placement | None = PrivateAttr(None)
@@ -175,8 +175,8 @@ class SimpleServer(BaseModel):
     def build_app(self, socket_dir: str | None = None) -> ASGIApp:
         """The app uvicorn serves: the body limit, then (with routing) the session router, then the app.
 
-        ``socket_dir`` is where the workers' private sockets and life locks go (default: the
-        launcher's, from the environment).
+        ``socket_dir`` names the workers' private sockets and life names, and holds their placement
+        counters (default: the launcher's, from the environment).
         """
         if self.is_routed(self.config):
             self._worker_id = new_worker_id()
@@ -184,7 +184,7 @@ class SimpleServer(BaseModel):
             self._forwarder = Forwarder(self._socket_dir)
             self._placement = Placement(self._socket_dir, self._worker_id, self.config.num_workers, balance=self.config.place_sessions)
         elif self.config.num_workers > 1:
-            # Unrouted workers too tell the launcher, by their lock, that they serve.
+            # Unrouted workers too tell the launcher, by their life name, that they serve.
             self._socket_dir = socket_dir or os.environ.get(SOCKET_DIR_ENV) or None
         app = self.setup_webserver()
         app.add_middleware(ServerErrorsAsJson)
@@ -216,18 +216,20 @@ class SimpleServer(BaseModel):
             if self._socket_dir is None:
                 yield
                 return
-            life_lock = LifeLock(self._socket_dir, self._worker_id or new_worker_id())
-            stack.callback(life_lock.release)
+            life = LifeName(self._socket_dir, self._worker_id or new_worker_id())
+            stack.callback(life.release)
             if self._worker_id is not None:
                 # Other workers reach this one's sessions only once its own start-up is done.
-                private = PrivateServer(app, socket_path(self._socket_dir, self._worker_id), InputLimits.of(self.config))
+                private = PrivateServer(app, socket_address(self._socket_dir, self._worker_id), InputLimits.of(self.config))
                 stack.push_async_callback(self._forwarder.close)
                 await private.start()
                 stack.push_async_callback(private.stop)
+            # Held from now until the private socket is gone: while it is, this worker is alive.
+            life.hold()
+            if self._placement is not None:
+                # Published once alive, so that a counter whose worker's name is free is a dead worker's.
                 self._placement.open()
                 stack.callback(self._placement.close)
-            # Held from now until the private socket is gone: while it is, this worker is alive.
-            life_lock.hold()
             yield
 
     async def liveness(self) -> dict[str, str]:

@@ -54,7 +54,8 @@ from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
 from nemo_gym.launcher import Launcher
 from nemo_gym.openai_utils import new_response
 from nemo_gym.owner_pool import OwnerPool
-from nemo_gym.routing.worker import OWNER_KEY, SOCKET_DIR_ENV, WORKER_HEADER, make_socket_dir, remove_socket_dir, socket_path
+from nemo_gym.routing.liveness import life_sockets
+from nemo_gym.routing.worker import OWNER_KEY, SOCKET_DIR_ENV, WORKER_HEADER, make_socket_dir, remove_socket_dir, socket_address
 
 COUNTER = "example_session_state_mgmt"
 COUNTER_MODULE = f"resources_servers.{COUNTER}.app"
@@ -222,7 +223,7 @@ def settled_workers(pid: int, count: int, routed: bool, timeout: float = 180) ->
 
 
 def private_socket(pid: int) -> str | None:
-    """The private socket a routed worker serves (see nemo_gym.routing.worker.make_socket_dir), or None."""
+    """The private socket a routed worker serves (its abstract name, as /proc/net/unix shows it), or None."""
     for path in listening_sockets(pid):
         if Path(path).parent.name.startswith("ngw-") and path.endswith(".sock"):
             return path
@@ -275,13 +276,14 @@ def listening_sockets(pid: int) -> set[str]:
 
 
 def wait_for_sockets(socket_dir: str, count: int, timeout: float = 60) -> list[str]:
+    """The IDs of the server's live workers, once there are ``count`` of them."""
     deadline = time.monotonic() + timeout
     while True:
-        sockets = sorted(name for name in os.listdir(socket_dir) if name.endswith(".sock"))
-        if len(sockets) >= count:
-            return sockets
+        workers = sorted(life_sockets(socket_dir))
+        if len(workers) >= count:
+            return workers
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{len(sockets)} of {count} private sockets in {socket_dir} after {timeout} s")
+            raise RuntimeError(f"{len(workers)} of {count} workers of {socket_dir} alive after {timeout} s")
         time.sleep(0.1)
 
 
@@ -800,7 +802,7 @@ async def measure_hops(args: argparse.Namespace, urls: list[str], socket_dir: st
     if owners[0] == owners[1] or None in owners:
         raise RuntimeError(f"the two hop sessions should have different owners, got {owners}")
     # Straight to each owner's private socket: what the owner itself spends on a forwarded request.
-    direct = [EpisodeClient(connector=aiohttp.UnixConnector(socket_path(socket_dir, owner))) for owner in owners]
+    direct = [EpisodeClient(connector=aiohttp.UnixConnector(socket_address(socket_dir, owner))) for owner in owners]
     # Each kind alternates between the two sessions: (client, url, session index).
     kinds = {
         LOCAL: [(client, urls[0], 0), (client, urls[1], 1)],

@@ -75,7 +75,7 @@ def start(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    with Launcher(instances, args.head_port) as launcher:
+    with Launcher(instances, args.head_port, start_timeout=args.start_timeout) as launcher:
         print(launcher.table(), flush=True)
         print("All servers are up. Ctrl-C stops them.", flush=True)
         while not stop.wait(1):

@@ -50,6 +50,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     instances = instances_from_args(args)
     agent = pick_agent(instances, args.agent)
-    with Launcher(instances, free_port()):
+    with Launcher(instances, free_port(), start_timeout=args.start_timeout):
         asyncio.run(evaluate(instances, agent, rows, args))
     return 0

@@ -31,6 +31,17 @@ def port_number(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds greater than 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds greater than 0, got {text}")
+    return value
+
+
 def add_search_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--search-dir", action="append", default=[], help="also look for <server_type>/<name>/ here, before NEMO_GYM_EXTRA_ROOTS, the working directory and the install root; repeatable"
@@ -54,6 +65,12 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
 def add_server_options(parser: argparse.ArgumentParser) -> None:
     add_config_options(parser)
     parser.add_argument("--head-port", type=port_number, default=DEFAULT_HEAD_PORT, help="port of the head endpoint")
+    parser.add_argument(
+        "--start-timeout",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="how long every server and worker may take to start serving (default: 60 + 10 per worker of the config)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

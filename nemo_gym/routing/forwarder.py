@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from nemo_gym.routing.liveness import is_alive, lock_path
+from nemo_gym.routing.liveness import is_alive
 from nemo_gym.routing.owner_connection import ConnectionBroken, OwnerConnection, OwnerPool, request_head
 from nemo_gym.routing.private_server import CLIENT_HEADER, PRIVATE_KEEP_ALIVE_SECONDS
-from nemo_gym.routing.worker import socket_path
+from nemo_gym.routing.worker import socket_address
 
 if TYPE_CHECKING:
     from nemo_gym.durable.adoption import Adopter
@@ -41,7 +39,7 @@ RequestBody = bytes | AsyncIterator[bytes] | None
 
 
 class OwnerGone(Exception):
-    """The owner's process is dead (its life lock is free), and the request never reached it.
+    """The owner's process is dead (its life name is free), and the request never reached it.
 
     ``replay`` gives the request's body again from the start, for whoever serves it instead.
     """
@@ -166,17 +164,14 @@ class Forwarder:
     def pool_for(self, owner: str) -> OwnerPool:
         pool = self.pools.get(owner)
         if pool is None:
-            pool = self.pools[owner] = OwnerPool(socket_path(self.socket_dir, owner), FORWARD_KEEP_ALIVE_SECONDS)
+            pool = self.pools[owner] = OwnerPool(socket_address(self.socket_dir, owner), FORWARD_KEEP_ALIVE_SECONDS)
         return pool
 
     async def forget(self, owner: str) -> None:
-        """Close a dead owner's pool and remove what its process left in the socket directory."""
+        """Close a dead owner's pool (its names went with its process: nothing is left to remove)."""
         pool = self.pools.pop(owner, None)
         if pool is not None:
             pool.close()
-        for path in (socket_path(self.socket_dir, owner), lock_path(self.socket_dir, owner)):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
 
     async def close(self) -> None:
         for pool in self.pools.values():

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import socket
 from typing import Any
 
 import httptools
+
+from nemo_gym.routing.worker import same_user
 
 # Reply bytes read ahead of the caller before the owner's socket is no longer read.
 READ_AHEAD_BYTES = 1 << 20
@@ -129,7 +132,18 @@ class OwnerPool:
             if not connection.closed and now - connection.idle_since < self.keep_alive_seconds:
                 return connection
             connection.close()
-        _, connection = await asyncio.get_running_loop().create_unix_connection(OwnerConnection, self.path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            # Connected here: uvloop takes no abstract name (EINVAL). A Unix socket connects at once,
+            # or fails at once (BlockingIOError while the owner's backlog is full).
+            sock.setblocking(False)
+            sock.connect(self.path)
+            if not same_user(sock):  # someone else took a dead owner's name
+                raise ConnectionRefusedError(f"the process at {self.path!r} runs as another user")
+        except BaseException:
+            sock.close()
+            raise
+        _, connection = await asyncio.get_running_loop().create_unix_connection(OwnerConnection, sock=sock)
         return connection
 
     def give_back(self, connection: OwnerConnection) -> None:

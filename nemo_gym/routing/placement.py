@@ -2,11 +2,14 @@
 
 The kernel spreads connections over a server's workers unevenly, and a session lives where its first
 request is served, so without help some workers hold several times the sessions of others. Each worker
-has an 8-byte counter of the sessions started on it, in a file of its own beside its socket that every
-sibling keeps mapped in memory. A decision reads a few integers from memory; the worker that decides
-adds one to the chosen worker's counter at once (under that file's lock), so a burst of new sessions
-arriving together spreads out instead of all going to the same least-loaded worker. No table of
-sessions is kept anywhere.
+has an 8-byte counter of the sessions started on it, in a file of its own beside the others, that
+every sibling keeps open and reads with ``pread`` (a mapping would fault, SIGBUS, once someone
+truncated the file). The worker that decides adds one to the chosen worker's counter at once (under
+that file's lock), so a burst of new sessions arriving together spreads out instead of all going to
+the same least-loaded worker. No table of sessions is kept anywhere.
+
+A counter that holds no count (cut short, grown, negative, beyond ``MAX_COUNT``; or a file that is
+not a regular one) is never chosen, and its own worker sets it level with the least-loaded again.
 """
 
 from __future__ import annotations
@@ -14,15 +17,21 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import glob
-import mmap
+import logging
 import os
+import stat
 import struct
 import time
 
 from nemo_gym.routing.liveness import is_alive
+from nemo_gym.routing.worker import is_worker_id
+
+logger = logging.getLogger(__name__)
 
 COUNT_SUFFIX = ".sessions"
 COUNT = struct.Struct("q")
+# More than any worker starts (35 years of 1000 a second): a larger value is damage, not a count.
+MAX_COUNT = 1 << 40
 # A worker keeps its new sessions while it has started at most this many more than the least-loaded:
 # the totals stay this close, so the sessions of any stretch of time spread evenly too.
 SLACK = 2
@@ -34,30 +43,59 @@ def count_path(socket_dir: str, worker_id: str) -> str:
     return os.path.join(socket_dir, worker_id + COUNT_SUFFIX)
 
 
-class SessionCount:
-    """One worker's counter, mapped in memory; ``add`` holds the file's lock, as every writer does."""
+def count_value(data: bytes) -> int | None:
+    """The count a counter file's bytes hold, or None if they hold none."""
+    if len(data) != COUNT.size:
+        return None
+    (value,) = COUNT.unpack(data)
+    return value if 0 <= value <= MAX_COUNT else None
 
-    def __init__(self, path: str) -> None:
-        self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+
+class SessionCount:
+    """One worker's counter file, kept open; every writer holds the file's lock."""
+
+    def __init__(self, path: str, initial: int | None = None) -> None:
+        """Open the counter at ``path``, or with ``initial`` make it (it must not exist). A symlink, a
+        directory or any file that is not a regular one is refused (``OSError``)."""
+        flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+        self.fd = os.open(path, flags | (os.O_CREAT | os.O_EXCL if initial is not None else 0), 0o600)
         try:
-            self.view = mmap.mmap(self.fd, COUNT.size)
+            if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+                raise OSError(f"{path} is not a regular file")
+            if initial is not None:
+                self.set(initial)
         except BaseException:
             os.close(self.fd)
             raise
 
     @property
-    def value(self) -> int:
-        return COUNT.unpack_from(self.view)[0]
+    def value(self) -> int | None:
+        try:
+            return count_value(os.pread(self.fd, COUNT.size + 1, 0))
+        except OSError:
+            return None
 
     def add(self, amount: int) -> None:
+        """Add to a count; a counter that holds none is left for its worker to set."""
+        with self.locked():
+            value = self.value
+            if value is not None:
+                os.pwrite(self.fd, COUNT.pack(min(max(value + amount, 0), MAX_COUNT)), 0)
+
+    def set(self, value: int) -> None:
+        with self.locked():
+            os.pwrite(self.fd, COUNT.pack(value), 0)
+            os.ftruncate(self.fd, COUNT.size)
+
+    @contextlib.contextmanager
+    def locked(self):
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         try:
-            COUNT.pack_into(self.view, 0, self.value + amount)
+            yield
         finally:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
-        self.view.close()
         os.close(self.fd)
 
 
@@ -76,12 +114,14 @@ class Placement:
 
     def open(self) -> None:
         """Publish this worker's counter, starting level with the least-loaded sibling (a replacement
-        worker that started at 0 would otherwise take every new session until it caught up)."""
+        worker that started at 0 would otherwise take every new session until it caught up). A worker
+        that cannot (its socket directory removed) places nothing: its new sessions start where they arrive."""
         self.refresh()
         path = count_path(self.socket_dir, self.worker_id)
-        with open(path, "wb") as file:
-            file.write(COUNT.pack(min(self.counts().values(), default=0)))
-        self.own = SessionCount(path)
+        try:
+            self.own = SessionCount(path, initial=self.level())
+        except OSError as error:
+            logger.warning("worker %s places no sessions: cannot make its counter %s: %s", self.worker_id, path, error)
 
     def close(self) -> None:
         for count in self.siblings.values():
@@ -90,11 +130,17 @@ class Placement:
         if self.own is not None:
             self.own.close()
             self.own = None
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # gone, or something else in its place
                 os.unlink(count_path(self.socket_dir, self.worker_id))
 
     def counts(self) -> dict[str, int]:
-        return {worker: count.value for worker, count in self.siblings.items()}
+        """The siblings' counts, those that hold one."""
+        counts = {worker: count.value for worker, count in self.siblings.items()}
+        return {worker: value for worker, value in counts.items() if value is not None}
+
+    def level(self) -> int:
+        """Where a counter starts, or restarts: level with the least-loaded sibling."""
+        return min(self.counts().values(), default=0)
 
     def choose(self) -> str | None:
         """Where the next new session starts, counted there at once: a sibling's ID, or None for here."""
@@ -108,11 +154,14 @@ class Placement:
         # While a sibling is missing (starting, or replacing a dead one), look for it at every decision.
         if len(self.siblings) < self.num_workers - 1 or time.monotonic() - self.refreshed > REFRESH_SECONDS:
             self.refresh()
-        counts = {worker: count.value for worker, count in self.siblings.items()}
+        counts = self.counts()
+        own = self.own.value
+        if own is None:
+            self.own.set(own := self.level())
         if not counts:
             return None
         least = min(counts, key=counts.__getitem__)
-        return least if self.own.value - counts[least] > SLACK else None
+        return least if own - counts[least] > SLACK else None
 
     def taken_back(self, worker_id: str) -> None:
         """A session meant for a sibling starts here after all (the sibling was dead or too busy)."""
@@ -129,16 +178,14 @@ class Placement:
             count.close()
 
     def refresh(self) -> None:
+        """Open the counters of siblings that started, and close those of siblings that died. A live
+        sibling's counter stays open even if its file is deleted (by a cleaner of /tmp)."""
         self.refreshed = time.monotonic()
-        present = set()
         for path in glob.glob(os.path.join(glob.escape(self.socket_dir), "*" + COUNT_SUFFIX)):
             worker = os.path.basename(path)[: -len(COUNT_SUFFIX)]
-            if worker == self.worker_id:
-                continue
-            present.add(worker)
-            if worker not in self.siblings and is_alive(self.socket_dir, worker):
-                with contextlib.suppress(FileNotFoundError, ValueError):
+            if worker != self.worker_id and is_worker_id(worker) and worker not in self.siblings and is_alive(self.socket_dir, worker):
+                with contextlib.suppress(OSError):
                     self.siblings[worker] = SessionCount(path)
         for worker in list(self.siblings):
-            if worker not in present or not is_alive(self.socket_dir, worker):
+            if not is_alive(self.socket_dir, worker):
                 self.forget(worker)

@@ -1,21 +1,24 @@
-"""This worker's app, served a second time on the worker's own Unix socket.
+"""This worker's app, served a second time on the worker's own Unix socket (an abstract name, ``worker``).
 
 Other workers forward the requests of this worker's sessions here. It runs on the worker's event
 loop, does not run the app's lifespan again, and adds no ``date`` or ``server`` header, so a
-forwarded reply is exactly what the app produced.
+forwarded reply is exactly what the app produced. A connection from a process of another user is
+closed unanswered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import functools
+import socket
 
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.input_limits import InputLimits
+from nemo_gym.input_limits import InputLimits, LimitedHttpToolsProtocol
 from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
+from nemo_gym.routing.worker import same_user
 
 # The forwarding worker's note of the caller's address; trusted only on arrival here.
 CLIENT_HEADER = b"x-nemo-gym-client"
@@ -53,6 +56,15 @@ def restore_client(scope: Scope) -> None:
     scope["headers"] = headers
 
 
+class SameUserOnly(LimitedHttpToolsProtocol):
+    """The limited HTTP protocol, for peers of this process's user only (an abstract name has no file mode)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if not same_user(transport.get_extra_info("socket")):
+            transport.abort()
+
+
 class _EmbeddedServer(uvicorn.Server):
     """A uvicorn server that leaves signal handling to the worker's own server."""
 
@@ -61,12 +73,11 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class PrivateServer:
-    def __init__(self, app: ASGIApp, path: str, limits: InputLimits) -> None:
-        self.path = path
+    def __init__(self, app: ASGIApp, address: str, limits: InputLimits) -> None:
+        self.address = address
         config = uvicorn.Config(
             PrivateEntrance(app),
-            uds=path,
-            http=limits.for_siblings().protocol(),
+            http=functools.partial(SameUserOnly, limits=limits.for_siblings()),
             backlog=MAX_BACKLOG,
             lifespan="off",
             server_header=False,
@@ -80,16 +91,21 @@ class PrivateServer:
         self.task: asyncio.Task | None = None
 
     async def start(self) -> None:
-        self.task = asyncio.create_task(self.server.serve())
+        """Bind the address (``OSError`` if it is taken) and serve on it."""
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.address)
+        except BaseException:
+            listener.close()
+            raise
+        self.task = asyncio.create_task(self.server.serve(sockets=[listener]))
         while not self.server.started:
             if self.task.done():
                 self.task.result()
-                raise RuntimeError(f"private server on {self.path} stopped during start-up")
+                raise RuntimeError(f"private server on {self.address!r} stopped during start-up")
             await asyncio.sleep(0.01)
 
     async def stop(self) -> None:
         self.server.should_exit = True
         if self.task is not None:
             await self.task
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)

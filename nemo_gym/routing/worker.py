@@ -1,4 +1,11 @@
-"""Worker identity: each worker of a multi-worker server has a random ID and a socket named after it."""
+"""Worker identity: each worker of a multi-worker server has a random ID, and names of its own derived from it.
+
+A worker's private socket, and the name that says it lives (``liveness``), are names in Linux's abstract
+Unix socket namespace, not files: a cleaner of old files in /tmp cannot delete them, and the kernel frees
+one when the process holding it ends. Each is ``"\\0nemo_gym" + socket_dir + "/" + worker + suffix``, so
+the socket directory's path tells one server's workers from another's. Abstract names have no file
+permissions, so both ends of a private connection check that the other runs as the same user.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,8 @@ import os
 import re
 import secrets
 import shutil
+import socket
+import struct
 import tempfile
 
 OWNER_KEY = "nemo_gym_worker"
@@ -25,12 +34,29 @@ def is_worker_id(value: object) -> bool:
     return isinstance(value, str) and WORKER_ID_PATTERN.fullmatch(value) is not None
 
 
-def socket_path(socket_dir: str, worker_id: str) -> str:
-    return os.path.join(socket_dir, f"{worker_id}.sock")
+ABSTRACT_PREFIX = "\0nemo_gym"
+# The credentials of a Unix socket's peer: pid, uid, gid.
+PEER_CREDENTIALS = struct.Struct("3i")
+
+
+def abstract_name(socket_dir: str, worker_id: str, suffix: str) -> str:
+    return f"{ABSTRACT_PREFIX}{socket_dir}/{worker_id}{suffix}"
+
+
+def socket_address(socket_dir: str, worker_id: str) -> str:
+    """Where the worker's private server listens."""
+    return abstract_name(socket_dir, worker_id, ".sock")
+
+
+def same_user(sock: socket.socket) -> bool:
+    """Whether the process at the other end of a connected Unix socket runs as this process's user."""
+    _, uid, _ = PEER_CREDENTIALS.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEER_CREDENTIALS.size))
+    return uid == os.getuid()
 
 
 def make_socket_dir() -> str:
-    """A 0700 directory under /tmp, short enough that every socket path fits AF_UNIX's 108 bytes."""
+    """A 0700 directory under /tmp (the placement counters' folder, and in its path the server's names),
+    short enough that every abstract name fits AF_UNIX's 108 bytes."""
     return tempfile.mkdtemp(prefix="ngw-", dir="/tmp")
 
 

@@ -8,9 +8,11 @@ import socket
 import pytest
 import yaml
 
+from nemo_gym.cli import env as cli_env, eval as cli_eval
 from nemo_gym.cli.env import check_example_data
 from nemo_gym.cli.main import main
 from nemo_gym.config import REPO_ROOT, free_port, load
+from nemo_gym.launcher import LaunchError
 from nemo_gym.server_paths import search_roots
 
 COUNTER = "example_session_state_mgmt"
@@ -210,3 +212,39 @@ def test_env_init_refuses_an_existing_directory_and_a_name_that_cannot_be_a_modu
     assert "already exists" in capsys.readouterr().err
     assert main(["env", "init", "Bad-Name", "--dir", str(tmp_path)]) == 2
     assert "'Bad-Name' is not a server name" in capsys.readouterr().err
+
+
+class LauncherSpy:
+    """Stands in for the launcher: notes the start timeout it was given and starts nothing."""
+
+    timeouts: list[float | None] = []
+
+    def __init__(self, instances, head_port, extra_env=None, start_timeout=None) -> None:
+        LauncherSpy.timeouts.append(start_timeout)
+
+    def __enter__(self):
+        raise LaunchError("not started: a test's stand-in")
+
+    def __exit__(self, *exc_info) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["env", "start", "--resources-server", COUNTER, "--head-port", str(free_port())],
+        ["eval", "run", "--resources-server", COUNTER, "--input", str(DATA), "--output", "unused.jsonl"],
+    ],
+    ids=["env start", "eval run"],
+)
+def test_start_timeout_reaches_the_launcher_and_defaults_to_its_own(command, monkeypatch, capsys):
+    monkeypatch.setattr(cli_env, "Launcher", LauncherSpy)
+    monkeypatch.setattr(cli_eval, "Launcher", LauncherSpy)
+    LauncherSpy.timeouts = []
+    assert main([*command, "--start-timeout", "250"]) == 1
+    assert main(command) == 1
+    assert LauncherSpy.timeouts == [250, None]
+    with pytest.raises(SystemExit) as refused:
+        main([*command, "--start-timeout", "0"])
+    assert refused.value.code == 2
+    assert "--start-timeout" in capsys.readouterr().err

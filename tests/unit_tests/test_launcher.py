@@ -6,14 +6,17 @@ import json
 import os
 import signal
 import socket
+import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from nemo_gym import config as gym_config
-from nemo_gym.launcher import LaunchError, Launcher
-from nemo_gym.routing.liveness import live_workers
+from nemo_gym.launcher import START_TIMEOUT_PER_WORKER_SECONDS, START_TIMEOUT_SECONDS, LaunchError, Launcher
+from nemo_gym.routing.liveness import life_sockets, live_workers
+from nemo_gym.routing.worker import socket_address
+from nemo_gym.server_paths import search_roots
 
 COUNTER = {"counter": {"resources_servers": {"example_session_state_mgmt": {}}}}
 
@@ -117,10 +120,75 @@ def test_a_multi_worker_server_is_up_only_when_every_worker_serves_its_private_s
     try:
         socket_dir = launcher.socket_dirs["counter"]
         assert live_workers(socket_dir) == 4
-        sockets = [path for path in Path(socket_dir).iterdir() if path.suffix == ".sock"]
-        assert len(sockets) == 4
-        for path in sockets:
+        for worker in life_sockets(socket_dir):
             with socket.socket(socket.AF_UNIX) as private:
-                private.connect(str(path))  # each worker's private socket accepts at once
+                private.connect(socket_address(socket_dir, worker))  # each worker's private socket accepts at once
     finally:
         launcher.stop()
+
+
+SLOW_START_APP = '''
+"""A server one of whose workers sleeps at import: the first worker process to claim the marker file."""
+
+import os
+import time
+
+from nemo_gym.base_resources_server import SimpleResourcesServer
+
+
+class SlowStartServer(SimpleResourcesServer):
+    pass
+
+
+if os.environ.get("IS_NEMO_GYM_FASTAPI_WORKER") == "1":
+    print("slow_start: importing", flush=True)
+    try:
+        claimed = os.open(os.environ["SLOW_START_MARKER"], os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:
+        pass
+    else:
+        os.write(claimed, str(os.getpid()).encode())
+        os.close(claimed)
+        print("slow_start: this worker sleeps at import", flush=True)
+        time.sleep(600)
+'''
+
+
+def slow_start_instances(tmp_path: Path) -> dict[str, gym_config.Instance]:
+    directory = tmp_path / "resources_servers" / "slow_start"
+    directory.mkdir(parents=True)
+    (directory / "app.py").write_text(SLOW_START_APP)
+    instances = gym_config.parse({"slow": {"resources_servers": {"slow_start": {"num_workers": 2}}}})
+    gym_config.check_settings(instances, search_roots([tmp_path]))
+    return instances
+
+
+def test_a_start_that_times_out_names_the_workers_that_did_not_come_up_with_their_last_log_lines(tmp_path):
+    marker = tmp_path / "sleeper"
+    launcher = Launcher(slow_start_instances(tmp_path), gym_config.free_port(), {"SLOW_START_MARKER": str(marker)})
+    # Long enough for both workers to import on a busy machine: one then serves, the other sleeps.
+    with pytest.raises(LaunchError) as error:
+        launcher.start(timeout=40)
+    message = str(error.value)
+    sleeper = int(marker.read_text())
+    assert "within 40 s" in message and "--start-timeout" in message
+    header = f"--- slow: worker process {sleeper}, not serving; its last log lines ---\n"
+    assert header in message
+    assert "slow_start: this worker sleeps at import" in message.split(header, 1)[1].split("\n---", 1)[0]
+    assert launcher.processes == {}
+    deadline = time.monotonic() + 10
+    while not gone(sleeper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(sleeper)
+
+
+def test_the_default_start_timeout_grows_with_the_number_of_workers_started():
+    one = Launcher(gym_config.parse(COUNTER), gym_config.free_port())
+    eight = Launcher(gym_config.parse({"counter": {"resources_servers": {"example_session_state_mgmt": {"num_workers": 8}}}}), gym_config.free_port())
+    try:
+        assert one.start_timeout == START_TIMEOUT_SECONDS + START_TIMEOUT_PER_WORKER_SECONDS
+        assert eight.start_timeout == START_TIMEOUT_SECONDS + 8 * START_TIMEOUT_PER_WORKER_SECONDS
+        assert Launcher(gym_config.parse(COUNTER), gym_config.free_port(), start_timeout=7).start_timeout == 7
+    finally:
+        one.stop()
+        eight.stop()

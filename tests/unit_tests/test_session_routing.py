@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import tempfile
 import uuid
+from collections.abc import Callable
 
 import aiohttp
 import httpx
@@ -16,7 +18,7 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client import cookie_header
 from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.liveness import is_alive
-from nemo_gym.routing.worker import OWNER_KEY, socket_path
+from nemo_gym.routing.worker import OWNER_KEY, socket_address
 from nemo_gym.session_token import TOKEN_HEADER, mint_token, token_serializer
 from tests.unit_tests.routing_workers import (
     two_workers,
@@ -31,6 +33,8 @@ from tests.unit_tests.routing_workers import (
 )
 
 pytestmark = pytest.mark.anyio
+
+NOBODY = 65534
 
 
 @pytest.fixture
@@ -95,7 +99,7 @@ async def test_method_path_query_and_headers_arrive_unchanged(pair):
 async def test_private_socket_request_is_handled_locally(pair):
     a, b, caller = pair
     cookies = await new_session(caller, a)
-    connector = aiohttp.UnixConnector(socket_path(b.server.socket_dir, b.server.worker_id))
+    connector = aiohttp.UnixConnector(socket_address(b.server.socket_dir, b.server.worker_id))
     async with aiohttp.ClientSession(connector=connector) as private:
         header = f"{a.server.session_cookie}={cookies[a.server.session_cookie]}"
         async with private.post("http://worker/echo/x", headers={"Cookie": header}) as response:
@@ -106,7 +110,8 @@ async def test_session_of_a_worker_that_shut_down_gets_410(pair):
     a, b, caller = pair
     cookies = await new_session(caller, a)
     await a.stop()
-    assert not os.path.exists(socket_path(a.server.socket_dir, a.server.worker_id))
+    with socket.socket(socket.AF_UNIX) as private, pytest.raises(ConnectionRefusedError):
+        private.connect(socket_address(a.server.socket_dir, a.server.worker_id))  # its name went with it
     response = await caller.post(b, "/increment", cookies)
     assert response.status == 410
     assert set_cookies(response) == []  # a lost session is not handed a new cookie
@@ -114,19 +119,83 @@ async def test_session_of_a_worker_that_shut_down_gets_410(pair):
     assert a.server.worker_id in detail and "gone" in detail
 
 
-async def test_session_of_a_crashed_worker_that_left_its_socket_file_gets_410_and_the_file_is_swept(pair):
+class AnotherUser:
+    """A forked child that runs ``work`` as the user nobody. ``work`` calls ``ready()`` once set up,
+    and the bytes it returns are the child's report."""
+
+    def __init__(self, work: Callable[[Callable[[], None]], bytes]) -> None:
+        if os.getuid() != 0:
+            pytest.skip("needs root, to run a process as another user")
+        read, write = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                os.close(read)
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+                os.write(write, work(lambda: os.write(write, b"ready\n")))
+            finally:
+                os._exit(0)
+        os.close(write)
+        self.pipe = os.fdopen(read, "rb")
+        assert self.pipe.readline() == b"ready\n"
+
+    def report(self) -> bytes:
+        with self.pipe:
+            report = self.pipe.read()
+        os.waitpid(self.pid, 0)
+        return report
+
+
+def squat(address: str) -> Callable[[Callable[[], None]], bytes]:
+    def work(ready: Callable[[], None]) -> bytes:
+        with socket.socket(socket.AF_UNIX) as listener:
+            listener.bind(address)
+            listener.listen()
+            listener.settimeout(3)
+            ready()
+            try:
+                connection, _ = listener.accept()
+                connection.settimeout(3)
+                return b"got a request: " + connection.recv(100) if connection.recv(1, socket.MSG_PEEK) else b"nothing"
+            except OSError as error:
+                return repr(error).encode()
+
+    return work
+
+
+def visit(address: str) -> Callable[[Callable[[], None]], bytes]:
+    def work(ready: Callable[[], None]) -> bytes:
+        with socket.socket(socket.AF_UNIX) as connection:
+            connection.settimeout(5)
+            connection.connect(address)
+            ready()
+            try:
+                connection.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                return connection.recv(100)
+            except ConnectionResetError:
+                return b""
+
+    return work
+
+
+async def test_a_dead_owners_socket_name_taken_by_another_user_gets_no_request_and_the_session_410(pair):
     a, b, caller = pair
     cookies = await new_session(caller, a)
     assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2  # b now pools a connection to a
     await a.stop()
-    leftover_path = socket_path(a.server.socket_dir, a.server.worker_id)
-    leftover = socket.socket(socket.AF_UNIX)
-    leftover.bind(leftover_path)  # a file nobody listens on
-    leftover.close()
+    squatter = AnotherUser(squat(socket_address(a.server.socket_dir, a.server.worker_id)))
     response = await caller.post(b, "/increment", cookies)
     assert response.status == 410
     assert a.server.worker_id in (await response.json())["detail"]
-    assert not os.path.exists(leftover_path)
+    assert b"got a request" not in squatter.report()
+
+
+async def test_the_private_socket_answers_no_process_of_another_user(pair):
+    a, b, caller = pair
+    visitor = AnotherUser(visit(socket_address(a.server.socket_dir, a.server.worker_id)))
+    assert await asyncio.to_thread(visitor.report) == b""  # closed, unanswered
+    assert (await caller.post(a, "/echo/x")).status == 200
 
 
 async def test_cookie_minted_before_a_restart_gets_410():
@@ -354,19 +423,26 @@ async def test_two_different_mcp_tokens_get_400_naming_the_token_header(pair):
     assert TOKEN_HEADER in (await response.json())["detail"]
 
 
+@contextlib.contextmanager
+def unreachable(forwarding: Worker, owner: Worker):
+    """The owner's socket takes none of ``forwarding``'s new connections (as when its backlog is full)."""
+    pool = forwarding.server.forwarder.pool_for(owner.server.worker_id)
+    pool.path = "\0nemo_gym-test-nobody-listens-here"
+    try:
+        yield
+    finally:
+        pool.path = socket_address(owner.server.socket_dir, owner.server.worker_id)
+
+
 async def test_live_owner_that_takes_no_connection_gets_503_with_retry_after_never_410(pair):
     a, b, caller = pair
     cookies = await new_session(caller, a)
-    path = socket_path(a.server.socket_dir, a.server.worker_id)
-    os.rename(path, path + ".away")  # a lives and holds its lock, but its socket takes no connection
     b.server.forwarder.busy_wait_seconds = 0.5
-    try:
+    with unreachable(b, a):  # a lives and holds its name, but its socket takes no connection
         response = await caller.post(b, "/increment", cookies)
         assert response.status == 503
         assert response.headers["Retry-After"] == "1"
         assert a.server.worker_id in (await response.json())["detail"]
-    finally:
-        os.rename(path + ".away", path)
     assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2  # the session is intact
 
 
@@ -387,13 +463,9 @@ async def busy_reply_cookies_by_httpx(caller: Caller, worker: Worker, cookies: d
 async def test_a_503_for_a_busy_owner_sets_the_session_cookie_so_a_client_that_replaces_its_cookies_keeps_the_session(pair, read_reply):
     a, b, caller = pair
     cookies = await new_session(caller, a)
-    path = socket_path(a.server.socket_dir, a.server.worker_id)
-    os.rename(path, path + ".away")
     b.server.forwarder.busy_wait_seconds = 0.5
-    try:
+    with unreachable(b, a):
         cookies = await read_reply(caller, b, cookies)  # the client's own reading of the 503's Set-Cookie, replacing its cookies
-    finally:
-        os.rename(path + ".away", path)
     assert session_of(a.server.secret, cookies[a.server.session_cookie])[OWNER_KEY] == a.server.worker_id
     assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2
 
@@ -405,19 +477,17 @@ async def test_busy_owner_keeps_its_pooled_connections_and_requests_in_flight(pa
     in_flight = asyncio.ensure_future(caller.post(b, "/hang", cookies))  # holds b's pooled connection to a
     await asyncio.sleep(0.3)
     pool = b.server.forwarder.pools[a.server.worker_id]
-    path = socket_path(a.server.socket_dir, a.server.worker_id)
-    os.rename(path, path + ".away")
     b.server.forwarder.busy_wait_seconds = 0.5
     try:
-        assert (await caller.post(b, "/increment", cookies)).status == 503
-        assert b.server.forwarder.pools[a.server.worker_id] is pool
-        assert not in_flight.done() and session_id not in EchoServer.cancelled
+        with unreachable(b, a):
+            assert (await caller.post(b, "/increment", cookies)).status == 503
+            assert b.server.forwarder.pools[a.server.worker_id] is pool
+            assert not in_flight.done() and session_id not in EchoServer.cancelled
     finally:
-        os.rename(path + ".away", path)
         in_flight.cancel()
 
 
-async def test_owner_whose_life_lock_is_free_is_dead_and_gets_410_at_once(pair):
+async def test_owner_whose_life_name_is_free_is_dead_and_gets_410_at_once(pair):
     a, b, caller = pair
     cookies = await new_session(caller, a)
     await a.stop()

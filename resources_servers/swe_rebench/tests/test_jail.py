@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
+from nemo_gym.routing.worker import make_socket_dir, new_worker_id, remove_socket_dir, socket_address
 from nemo_gym.signing_secret import state_dir
 from resources_servers.swe_rebench.app import DEFAULT_TASKS_DIR
 from resources_servers.swe_rebench.jail import Interpreter, Jail, JailError, system_view
@@ -104,6 +104,23 @@ def test_a_socket_directory_is_out_of_reach(client):
         assert run(client, "ls -A /tmp")["output"] == ""
         attempt = run(client, f"ls {socket_dir}; python3 -c \"{code}\"")
         assert attempt["exit_code"] != 0 and "FileNotFoundError" in attempt["output"]
+        assert_not_fooled(client)
+    finally:
+        listener.close()
+        remove_socket_dir(socket_dir)
+
+
+def test_a_workers_private_socket_is_out_of_reach(client):
+    """A worker's private socket is an abstract name: the jail's network namespace has none of them."""
+    socket_dir = make_socket_dir()
+    listener = socket.socket(socket.AF_UNIX)
+    try:
+        address = socket_address(socket_dir, new_worker_id())
+        listener.bind(address)
+        listener.listen()
+        code = f"import socket; socket.socket(socket.AF_UNIX).connect({address!r})"
+        attempt = run(client, f'python3 -c "{code}"')
+        assert attempt["exit_code"] != 0 and "ConnectionRefusedError" in attempt["output"]
         assert_not_fooled(client)
     finally:
         listener.close()

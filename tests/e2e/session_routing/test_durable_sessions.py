@@ -98,7 +98,7 @@ def kill(launcher: Launcher, owner: str) -> None:
 
 def dead(pid: int) -> bool:
     """Gone, or a zombie not yet reaped (uvicorn's supervisor may be busy restarting another worker):
-    either way its files are closed, and with them its life lock."""
+    either way its sockets are closed, and with them its life name."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:

@@ -1,0 +1,116 @@
+"""Placement counters: a damaged counter file can neither fault a worker nor steer its choices."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import tempfile
+
+import pytest
+from hypothesis import given, strategies as st
+
+from nemo_gym.routing.liveness import LifeName
+from nemo_gym.routing.placement import COUNT, MAX_COUNT, Placement, SessionCount, count_path, count_value
+from nemo_gym.routing.worker import new_worker_id
+
+
+@given(st.binary(max_size=32))
+def test_a_counter_holds_a_count_only_as_exactly_eight_bytes_of_one_in_range(data):
+    value = count_value(data)
+    if value is None:
+        assert len(data) != COUNT.size or not 0 <= COUNT.unpack(data)[0] <= MAX_COUNT
+    else:
+        assert 0 <= value <= MAX_COUNT and COUNT.pack(value) == data
+
+
+@given(st.integers(min_value=0, max_value=MAX_COUNT))
+def test_every_count_in_range_reads_back_as_written(value):
+    assert count_value(COUNT.pack(value)) == value
+
+
+@pytest.fixture
+def socket_dir():
+    directory = tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def workers(socket_dir):
+    """Three live workers' placements (each holding its life name), all open and aware of each other."""
+    lives, placements = [], []
+    for _ in range(3):
+        worker = new_worker_id()
+        life = LifeName(socket_dir, worker)
+        life.hold()
+        lives.append(life)
+        placements.append(Placement(socket_dir, worker, 3))
+    for placement in placements:
+        placement.open()
+    for placement in placements:
+        placement.refresh()
+    yield placements
+    for placement in placements:
+        placement.close()
+    for life in lives:
+        life.release()
+
+
+def damage_with(kind: str, path: str) -> None:
+    if kind == "truncated":
+        os.truncate(path, 0)
+    elif kind == "garbage":
+        with open(path, "wb") as file:
+            file.write(b"\x01\x02\x03")
+    elif kind == "negative":
+        with open(path, "wb") as file:
+            file.write(struct.pack("q", -5))
+    elif kind == "huge":
+        with open(path, "wb") as file:
+            file.write(struct.pack("q", 2**62))
+
+
+@pytest.mark.parametrize("kind", ["truncated", "garbage", "negative", "huge"])
+def test_a_damaged_sibling_counter_is_never_chosen_and_its_worker_sets_it_level_again(workers, kind):
+    a, b, c = workers
+    for _ in range(4):
+        a.own.add(1)  # a has started the most: its next new session goes to a sibling
+    damage_with(kind, count_path(b.socket_dir, b.worker_id))
+    assert b.worker_id not in a.counts()
+    assert [a.choose(), a.choose()] == [c.worker_id, c.worker_id]  # 4 against 0 and 1, never b
+    assert b.choose() is None  # b finds its own counter damaged, sets it level with the least-loaded and keeps the session
+    assert a.counts()[b.worker_id] == min(a.own.value, a.counts()[c.worker_id]) + 1
+
+
+@pytest.mark.parametrize("replacement", ["directory", "symlink", "fifo"])
+def test_a_counter_file_replaced_by_something_else_is_not_opened(socket_dir, replacement):
+    path = os.path.join(socket_dir, new_worker_id() + ".sessions")
+    if replacement == "directory":
+        os.mkdir(path)
+    elif replacement == "symlink":
+        os.symlink("/dev/zero", path)
+    else:
+        os.mkfifo(path)
+    with pytest.raises(OSError):
+        SessionCount(path)
+
+
+def test_a_live_siblings_counter_stays_in_use_when_its_file_is_deleted(workers):
+    a, b, c = workers
+    os.unlink(count_path(b.socket_dir, b.worker_id))
+    a.refresh()
+    assert b.worker_id in a.counts()
+    b.own.add(10)
+    assert a.counts()[b.worker_id] == b.own.value
+
+
+def test_a_worker_whose_socket_directory_is_gone_starts_and_places_nothing(socket_dir):
+    worker = new_worker_id()
+    os.rmdir(socket_dir)
+    placement = Placement(socket_dir, worker, 2)
+    placement.open()
+    try:
+        assert placement.choose() is None
+    finally:
+        placement.close()
