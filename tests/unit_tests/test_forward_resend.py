@@ -2,7 +2,9 @@
 
 Two in-process workers of one server (``two_workers``), or one worker and an owner played by the test
 on a real Unix socket in the workers' socket directory (``PlayedOwner``), holding a real life lock.
-Each promise is held to aiohttp, httpx and requests, each sending the cookie the test gives it.
+The background-task promise is held to the standard clients (aiohttp's jar, httpx, requests, a client
+replacing its cookies with each reply's); the played owner's, whose cookie the test signs, to aiohttp,
+httpx and requests each sending that cookie.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client import cookie_header
 from nemo_gym.routing.liveness import LifeLock
 from nemo_gym.routing.worker import OWNER_KEY, new_worker_id, socket_path
+from resources_servers.example_session_state_mgmt import standard_clients
 from tests.unit_tests.routing_workers import EchoServer, Worker, signed_session, two_workers
 
 pytestmark = pytest.mark.anyio
@@ -61,6 +64,9 @@ async def requests_post(url: str, cookies: dict[str, str]) -> tuple[int, dict]:
 
 
 CLIENTS: dict[str, Post] = {"aiohttp": aiohttp_post, "httpx": httpx_post, "requests": requests_post}
+# The standard clients, each keeping its cookies its own way, where the server gives the cookies.
+STANDARD_CLIENTS = ["aiohttp_jar", "httpx_jar", "requests_session", "replacing"]
+PLACED_SESSIONS = 6
 
 
 class FailingAfterReplyServer(EchoServer):
@@ -91,17 +97,24 @@ def cookies_of(worker: Worker, owner: str) -> dict[str, str]:
     return {worker.server.session_cookie: signed_session(worker.server.secret, session)}
 
 
-@pytest.mark.parametrize("client", sorted(CLIENTS))
+@pytest.mark.parametrize("client", STANDARD_CLIENTS)
 async def test_a_background_task_failing_after_its_reply_leaves_the_next_forwarded_request_on_that_connection_answered(client):
-    post = CLIENTS[client]
-    async with two_workers(FailingAfterReplyServer) as (a, b, caller):
-        first, second = [await caller.post(a, "/increment") for _ in range(2)]
-        failing, slow = ({name: morsel.value for name, morsel in reply.cookies.items()} for reply in (first, second))
-        assert await post(b.url + "/fail_after_reply", failing) == (200, {"worker": a.server.worker_id})
-        # On the connection the failing reply came back on (the pool's only one), in flight when the task fails.
-        status, body = await post(b.url + "/slow_increment", slow)
-        assert (status, body.get("count")) == (200, 2), body
-        assert (await post(b.url + "/increment", failing))[0] == 200
+    """A standard client talks to worker B only; balanced placement starts some of its sessions on A,
+    so B forwards them, over one pooled connection (the requests go one at a time)."""
+    async with two_workers(FailingAfterReplyServer, place_sessions=True) as (a, b, _):
+        for worker in (a, b):
+            worker.server.placement.refresh()
+        async with standard_clients.CLIENTS[client](b.url, False) as episode_post, contextlib.AsyncExitStack() as stack:
+            posts = [await stack.enter_async_context(episode_post()) for _ in range(PLACED_SESSIONS)]
+            started = [await post("/increment", {}) for post in posts]
+            on_a = [post for post, reply in zip(posts, started) if reply.body["worker"] == a.server.worker_id]
+            assert len(on_a) >= 2, [reply.body for reply in started]
+            failing, slow = on_a[:2]
+            assert ((reply := await failing("/fail_after_reply", {})).status, reply.body) == (200, {"worker": a.server.worker_id})
+            # On the connection the failing reply came back on, in flight when the task fails.
+            reply = await slow("/slow_increment", {})
+            assert (reply.status, reply.body.get("count")) == (200, 2), reply.body
+            assert ((reply := await failing("/increment", {})).status, reply.body.get("count")) == (200, 2), reply.body
 
 
 class PlayedOwner:
