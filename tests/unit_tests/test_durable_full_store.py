@@ -92,3 +92,17 @@ async def test_a_session_whose_write_cannot_commit_is_back_in_memory_to_what_the
     states["old"] += "!"
     await sessions.save(["old"])
     assert store.read("old").state == states.export("old")
+
+
+def test_a_dead_owners_session_whose_claim_cannot_commit_stays_the_dead_owners_and_out_of_memory(store, directory):
+    dead = "f" * 16
+    store.write("orphan", dead, "7")
+    states = SessionStates(int)
+    sessions = DurableSessions(store, states, WORKER)
+    with full(directory):
+        write_until_refused(store)
+        with pytest.raises(StoreUnavailable):
+            sessions.adopt(store.read("orphan"))
+        assert "orphan" not in states and not sessions.holds("orphan")
+    assert (store.read("orphan").owner, store.read("orphan").state) == (dead, "7")
+    assert sessions.adopt(store.read("orphan")) and states["orphan"] == 7
