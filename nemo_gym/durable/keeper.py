@@ -14,6 +14,11 @@ class DurableSessions:
     Writes are group-committed: the states of every request that finishes while the store is busy (or in
     the same turn of the event loop) go in one transaction, and each request returns once it is committed.
     ``pending`` is each session's state handed to a group not yet committed, with that group's outcome.
+
+    A group that cannot commit (``StoreUnavailable``: the disk is full, say) leaves the store as it was,
+    and each of its sessions goes back, in memory, to the state the store holds (or out of memory, if
+    the store holds none): memory and store never disagree, and the requests waiting on it raise. A
+    session whose later state waits in the next group is left to that group (its requests overlapped).
     """
 
     def __init__(self, store: SessionStore, states: DurableState, owner: str | None) -> None:
@@ -33,7 +38,8 @@ class DurableSessions:
     async def save(self, session_ids: list[str]) -> None:
         """Write the states that changed (a state the server dropped deletes the row); returns once they,
         and any earlier write of the same state, are committed. Raises ``SessionTaken`` for a session
-        another worker owns in the store."""
+        another worker owns in the store, ``StoreUnavailable`` if the write could not commit (the
+        sessions are then as the store holds them)."""
         waits = set()
         for session_id in session_ids:
             state = self.states.export(session_id)
@@ -66,10 +72,10 @@ class DurableSessions:
                     async with self.store.turn():
                         taken = self.store.write_all(self.owner, group)
                 except Exception as error:
-                    taken = set(group)
+                    self.roll_back(group, outcome)
                     outcome.set_exception(error)
-                else:
-                    outcome.set_result(taken)
+                    continue
+                outcome.set_result(taken)
                 for session_id, state in group.items():
                     if self.pending.get(session_id, (None, None))[1] is outcome:
                         del self.pending[session_id]
@@ -79,6 +85,18 @@ class DurableSessions:
                         self.written[session_id] = state
         finally:
             self.committer = None
+
+    def roll_back(self, group: dict[str, str | None], outcome: asyncio.Future[set[str]]) -> None:
+        """A group failed to commit: its sessions go back to what the store holds, unless a later state waits."""
+        for session_id in group:
+            if self.pending.get(session_id, (None, None))[1] is not outcome:
+                continue
+            del self.pending[session_id]
+            stored = self.written.get(session_id)
+            if stored is None:
+                self.states.end(session_id)
+            else:
+                self.states.restore(session_id, stored)
 
     def end(self, session_id: str) -> None:
         """The session is over: its state goes from memory, and from the store with the request's ``save``."""

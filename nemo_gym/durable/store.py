@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 import sqlite3
 import time
@@ -29,10 +30,14 @@ from pathlib import Path
 
 from nemo_gym.signing_secret import state_dir
 
+logger = logging.getLogger(__name__)
+
 # Starlette's SessionMiddleware default max_age: a row lives as long as the cookie naming it.
 SESSION_MAX_AGE_SECONDS = 14 * 24 * 3600
 PURGE_INTERVAL_SECONDS = 3600
 BUSY_TIMEOUT_MS = 10_000
+# A store that cannot commit (its disk full, say) is reported at most once per this many seconds.
+FAILURE_LOG_INTERVAL_SECONDS = 10
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
@@ -93,6 +98,10 @@ def unusable(path: Path, error: Exception) -> StoreError:
     )
 
 
+class StoreUnavailable(RuntimeError):
+    """The store could not commit a write (its file system full, an I/O error): nothing of it was written."""
+
+
 class SessionStore:
     """One worker's (or one command's) connection to an instance's store file."""
 
@@ -111,6 +120,8 @@ class SessionStore:
             os.close(self.write_lock)
             raise unusable(path, error) from None
         self.next_purge = 0.0
+        self.failures = 0
+        self.failure_logged_at: float | None = None
         self.purge_expired()
 
     def connect(self) -> sqlite3.Connection:
@@ -152,10 +163,11 @@ class SessionStore:
 
     def write_all(self, owner: str | None, states: dict[str, str | None]) -> set[str]:
         """In one transaction, insert or update each session's state (None deletes its row); returns the
-        sessions left as they were because another worker owns them. The caller holds the write lock."""
+        sessions left as they were because another worker owns them. The caller holds the write lock.
+        Raises ``StoreUnavailable`` if the transaction cannot commit."""
         now = time.time()
         taken = set()
-        with self.transaction():
+        with self.committing(), self.transaction():
             for session_id, state in states.items():
                 if state is None:
                     self.db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
@@ -171,8 +183,9 @@ class SessionStore:
         return taken
 
     def claim(self, session: StoredSession, new_owner: str | None) -> bool:
-        """Take the session over if it is still as read (same owner, same revision): one wins a race."""
-        with self.writing():
+        """Take the session over if it is still as read (same owner, same revision): one wins a race.
+        Raises ``StoreUnavailable`` if the change cannot commit."""
+        with self.writing(), self.committing():
             return bool(
                 self.db.execute(
                     "UPDATE sessions SET owner = ?, revision = revision + 1 WHERE session_id = ? AND owner IS ? AND revision = ?",
@@ -235,13 +248,33 @@ class SessionStore:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
+        """A failed COMMIT (a full disk) leaves no transaction open: SQLite may have rolled it back itself."""
         self.db.execute("BEGIN IMMEDIATE")
         try:
             yield
+            self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
             raise
-        self.db.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def committing(self) -> Iterator[None]:
+        """A write: SQLite's and the file system's errors become ``StoreUnavailable``, reported at most
+        once per ``FAILURE_LOG_INTERVAL_SECONDS`` (with how many failed meanwhile), and the first commit
+        after them says the store writes again."""
+        try:
+            yield
+        except (sqlite3.Error, OSError) as error:
+            self.failures += 1
+            now = time.monotonic()
+            if self.failure_logged_at is None or now - self.failure_logged_at >= FAILURE_LOG_INTERVAL_SECONDS:
+                logger.error("the session store %s cannot commit (%d writes failed since the last report): %r", self.path, self.failures, error)
+                self.failure_logged_at, self.failures = now, 0
+            raise StoreUnavailable(f"the session store {self.path} cannot commit: {error}") from error
+        if self.failure_logged_at is not None:
+            logger.warning("the session store %s commits again (%d more writes had failed)", self.path, self.failures)
+            self.failure_logged_at, self.failures = None, 0
 
     def size_bytes(self) -> int:
         """The file and its write-ahead log, as they take space on disk now."""

@@ -8,9 +8,24 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.keeper import DurableSessions
+from nemo_gym.durable.store import StoreUnavailable
 from nemo_gym.routing.owner import MCP_PATH, TOKEN_HEADER_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.session_token import read_token
+
+# A store that cannot commit (a full disk) is usually a matter of seconds to minutes; clients retry at this pace.
+STORE_RETRY_AFTER_SECONDS = 1
+
+
+def store_unavailable(error: StoreUnavailable) -> JSONResponse:
+    return JSONResponse(
+        status_code=503,
+        headers={"Retry-After": str(STORE_RETRY_AFTER_SECONDS)},
+        content={
+            "detail": f"This request changed the session, and the change could not be stored ({error}), so it did not "
+            "take effect: the session is as of its last successful reply. Retry later."
+        },
+    )
 
 
 class WriteThrough:
@@ -23,6 +38,10 @@ class WriteThrough:
     that names another owner for a session this worker holds (it adopted the session from a dead one)
     is stamped with this worker, so the reply's Set-Cookie names it. A session it does not hold is
     taken up from the store first if it was restored there and no worker has it yet.
+
+    A write the store cannot commit (``StoreUnavailable``) replaces the app's reply with a 503 and
+    Retry-After, sent through the session layer, so it carries the session's cookie; the sessions are
+    back to their stored state (``DurableSessions``), so nothing unstored is acknowledged.
     """
 
     def __init__(self, app: ASGIApp, sessions: DurableSessions, end_paths: frozenset[str], tokens: URLSafeSerializer) -> None:
@@ -40,6 +59,9 @@ class WriteThrough:
         if not self.sessions.holds(session_id):
             try:
                 self.sessions.take_up(session_id)
+            except StoreUnavailable as error:  # its claim could not commit: it stays in the store, unowned
+                await store_unavailable(error)(scope, receive, send)
+                return
             except ValueError as error:
                 detail = f"Session {session_id}, restored into the store: its stored state does not load here: {error}"
                 await JSONResponse(status_code=500, content={"detail": detail})(scope, receive, send)
@@ -49,11 +71,21 @@ class WriteThrough:
         touched = [session_id, *self.token_session(scope)]
         ends = scope["path"] in self.end_paths
 
+        refused = False
+
         async def send_after_writing(message: Message) -> None:
+            nonlocal refused
+            if refused:
+                return  # the app's reply, in place of which the 503 went
             if message["type"] == "http.response.start":
                 if ends and 200 <= message["status"] < 300:
                     self.sessions.end(session_id)
-                await self.sessions.save(touched)
+                try:
+                    await self.sessions.save(touched)
+                except StoreUnavailable as error:
+                    refused = True
+                    await store_unavailable(error)(scope, receive, send)
+                    return
             await send(message)
 
         await self.app(scope, receive, send_after_writing)

@@ -33,6 +33,10 @@ BUSY_OWNER_WAIT_SECONDS = 30
 FIRST_RETRY_PAUSE_SECONDS = 0.005
 LAST_RETRY_PAUSE_SECONDS = 0.25
 RETRY_AFTER_SECONDS = 1
+# A connection that breaks with no reply is a dead owner's only once its life name is free: the kernel
+# closes a killed process's sockets one after the other, so its life name is waited for
+# this long (with the pauses above) before the owner counts as alive and the caller gets a 502.
+OWNER_DEATH_WAIT_SECONDS = 1
 
 # What goes up to the owner: the whole body, a stream of it, or none.
 RequestBody = bytes | AsyncIterator[bytes] | None
@@ -128,19 +132,40 @@ class Forwarder:
                 return
             if exchange.started:
                 raise  # the reply is half sent: only a closed connection can tell the caller
-            if not is_alive(self.socket_dir, owner):
+            if await self.proves_dead(owner):
                 await self.forget(owner)
                 raise OwnerDied(owner) from error
             detail = f"Forwarding to worker {owner}, which owns this session, failed: {error!r}"
             await JSONResponse(status_code=502, content={"detail": detail})(scope, receive, send)
 
+    async def proves_dead(self, owner: str) -> bool:
+        """Whether the owner is dead, for a connection that broke before its reply started: its life
+        lock is free now or within ``OWNER_DEATH_WAIT_SECONDS``; False for an owner that stays alive."""
+        deadline = asyncio.get_running_loop().time() + OWNER_DEATH_WAIT_SECONDS
+        pause = FIRST_RETRY_PAUSE_SECONDS
+        while is_alive(self.socket_dir, owner):
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, LAST_RETRY_PAUSE_SECONDS)
+        return True
+
     async def relay_when_reachable(self, owner: str, exchange: "Exchange", body: RequestBody, busy_wait_seconds: float) -> None:
-        """Relay, retrying while the owner lives but cannot take the connection yet (its backlog is full)."""
+        """Relay, retrying while the owner lives but cannot take the connection yet (its backlog is full).
+
+        A request the owner provably did not take (``OwnerConnection.unread``: a pooled connection it
+        closed meanwhile, or its end closed with the request unread, as when it dies) is sent again,
+        once, on a new connection, if its body can be given again (``Exchange.replayable``). An owner
+        that is gone then takes no connection (``OwnerGone``: the request goes to whoever serves in its
+        place). A request the owner may have read is never sent twice.
+        """
         deadline = None
         pause = FIRST_RETRY_PAUSE_SECONDS
+        again = False
         while True:
+            pool = self.pool_for(owner)
             try:
-                connection = await self.pool_for(owner).connection()
+                connection = await (pool.connect() if again else pool.connection())
             except OSError:  # no connection: nothing of the request was sent
                 if not is_alive(self.socket_dir, owner):
                     raise OwnerGone(owner) from None
@@ -154,6 +179,11 @@ class Forwarder:
             kept = False
             try:
                 kept = await exchange.relay(connection, body)
+            except ConnectionBroken:
+                if again or not connection.unread() or not exchange.replayable():
+                    raise
+                body, again = exchange.body_again(body), True
+                continue
             finally:
                 if kept:
                     self.pool_for(owner).give_back(connection)
@@ -193,6 +223,8 @@ class Exchange:
         # The first body message read from the caller: a request that reached no owner (the rest of a
         # streamed body is read only once connected) can then be served from the start by someone else.
         self.first_body: Message = {"type": "http.request", "body": b"", "more_body": False}
+        # Whether a streamed body was read from the caller past its first message (which is kept).
+        self.read_past_first = False
 
     async def run(self, relay: Callable[[RequestBody], Awaitable[None]]) -> None:
         """Read the start of the body, then ``relay`` it; a caller that leaves meanwhile cancels it."""
@@ -257,6 +289,7 @@ class Exchange:
     async def body_stream(self, first_chunk: bytes) -> AsyncIterator[bytes]:
         yield first_chunk
         while True:
+            self.read_past_first = True
             message = await self.next_body_message()
             yield message.get("body", b"")
             if not message.get("more_body", False):
@@ -269,6 +302,18 @@ class Exchange:
             self.caller_left = True
             raise CallerLeft
         return message
+
+    def replayable(self) -> bool:
+        """Whether the request can be sent again whole: its body was read in one message (or it has none),
+        or a streamed body was not read past its first message. A stream read further is not kept, so
+        a request whose body streamed is sent again only if its connection broke that early."""
+        return not self.read_past_first and not self.caller_left
+
+    def body_again(self, body: RequestBody) -> RequestBody:
+        """The body to send again (``replayable`` requests only): the same bytes, or the stream from its start."""
+        if body is None or isinstance(body, bytes):
+            return body
+        return self.body_stream(self.first_body.get("body", b""))
 
     def replay(self) -> Receive:
         """The caller's request again from the start, for a request that reached no owner."""

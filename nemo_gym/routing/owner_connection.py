@@ -41,11 +41,17 @@ class OwnerConnection(asyncio.Protocol):
         self.writable.set()
         self.closed = False
         self.idle_since = 0.0
+        # For the request now on the connection: whether any of it was written, any byte came back, and
+        # whether the owner ended the connection with the request unread (a reset, or a broken pipe).
+        self.sent = False
+        self.replied = False
+        self.reset = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        self.replied = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as error:
@@ -58,6 +64,7 @@ class OwnerConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.reset = isinstance(exc, (ConnectionResetError, BrokenPipeError))
         self.writable.set()
         self.push(("broken", ConnectionBroken(f"the owner closed the connection: {exc!r}" if exc else "the owner closed the connection")))
 
@@ -104,9 +111,20 @@ class OwnerConnection(asyncio.Protocol):
                 self.transport.resume_reading()
         return event
 
+    def unread(self) -> bool:
+        """Whether the owner provably did not take the request, and answered nothing: the connection was
+        closed before it was written, or the owner's end closed with it unread (the kernel then resets
+        the connection, where an owner that read it all and closed gives a plain end of file)."""
+        return not self.replied and (self.reset or not self.sent)
+
+    def is_usable(self) -> bool:
+        """Not closed, nor closing: an end of file the loop has read but not yet reported counts as closed."""
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
     async def write(self, data: bytes) -> None:
         if self.closed:
             raise ConnectionBroken("the owner closed the connection")
+        self.sent = True
         self.transport.write(data)
         await self.writable.wait()
 
@@ -129,9 +147,14 @@ class OwnerPool:
         now = asyncio.get_running_loop().time()
         while self.idle:
             connection = self.idle.pop()
-            if not connection.closed and now - connection.idle_since < self.keep_alive_seconds:
+            if connection.is_usable() and now - connection.idle_since < self.keep_alive_seconds:
+                connection.sent = connection.replied = False
                 return connection
             connection.close()
+        return await self.connect()
+
+    async def connect(self) -> OwnerConnection:
+        """A new connection, never an idle one; ``OSError`` if the owner's socket takes none."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             # Connected here: uvloop takes no abstract name (EINVAL). A Unix socket connects at once,
