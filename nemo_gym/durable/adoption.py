@@ -9,12 +9,10 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.store import StoredSession, StoreUnavailable
 from nemo_gym.durable.write_through import store_unavailable
-from nemo_gym.routing.forwarder import Forwarder, lost_session
+from nemo_gym.routing.forwarder import RETRY_AFTER_SECONDS, Forwarder, lost_session
 from nemo_gym.routing.liveness import is_alive
 from nemo_gym.routing.owner import OwnerReader
 from nemo_gym.routing.worker import is_worker_id
-
-RETRY_AFTER_SECONDS = 1
 
 
 class Adopter:

@@ -9,18 +9,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.store import StoreUnavailable
+from nemo_gym.routing.forwarder import RETRY_AFTER_SECONDS
 from nemo_gym.routing.owner import MCP_PATH, TOKEN_HEADER_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.session_token import read_token
-
-# A store that cannot commit (a full disk) is usually a matter of seconds to minutes; clients retry at this pace.
-STORE_RETRY_AFTER_SECONDS = 1
 
 
 def store_unavailable(error: StoreUnavailable) -> JSONResponse:
     return JSONResponse(
         status_code=503,
-        headers={"Retry-After": str(STORE_RETRY_AFTER_SECONDS)},
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         content={
             "detail": f"This request changed the session, and the change could not be stored ({error}), so it did not "
             "take effect: the session is as of its last successful reply. Retry later."

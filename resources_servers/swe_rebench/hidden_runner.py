@@ -29,7 +29,7 @@ def main() -> None:
     import unittest.suite
     import unittest.util
 
-    _str, _len, _type, _vars, _id, _repr, _sorted = str, len, type, vars, id, repr, sorted
+    _str, _len, _type, _vars, _id, _sorted = str, len, type, vars, id, sorted
     _isinstance, _getattr, _callable, _exit, _write = isinstance, getattr, callable, os._exit, os.write
     _function, _classmethod, _staticmethod = types.FunctionType, classmethod, staticmethod
     _base_exception, _test_case, _test_result = BaseException, unittest.TestCase, unittest.TestResult

@@ -18,7 +18,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.client import cookie_header
 from nemo_gym.input_limits import DEFAULT_MAX_HEADER_BYTES
 from nemo_gym.launcher import Launcher
-from nemo_gym.routing.worker import WORKER_HEADER, socket_path
+from nemo_gym.routing.worker import WORKER_HEADER, socket_address
 from tests.e2e.test_every_server_kind import rss_kb, serving_processes
 
 LIMIT = DEFAULT_MAX_HEADER_BYTES
@@ -257,7 +257,7 @@ def test_the_head_limit_holds_for_a_request_forwarded_to_another_owner(stack, po
 
 def test_the_private_socket_refuses_a_head_over_twice_the_limit(stack):
     _, owner = seeded_session(stack, initial_count=0)
-    path = socket_path(stack.socket_dirs["counter"], owner)
+    path = socket_address(stack.socket_dirs["counter"], owner)
 
     async def on_private_socket(head: bytes) -> tuple[int, bool]:
         reader, writer = await asyncio.open_unix_connection(path)

@@ -1,7 +1,7 @@
 """The forwarder and an owner that ends a connection under a request: what is sent again, what gets 502.
 
 Two in-process workers of one server (``two_workers``), or one worker and an owner played by the test
-on a real Unix socket in the workers' socket directory (``PlayedOwner``), holding a real life lock.
+on a real Unix socket in the workers' socket directory (``PlayedOwner``), holding a real life name.
 The background-task promise is held to the standard clients (aiohttp's jar, httpx, requests, a client
 replacing its cookies with each reply's); the played owner's, whose cookie the test signs, to aiohttp,
 httpx and requests each sending that cookie.
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -24,8 +23,8 @@ from fastapi import BackgroundTasks, FastAPI, Request
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client import cookie_header
-from nemo_gym.routing.liveness import LifeLock
-from nemo_gym.routing.worker import OWNER_KEY, new_worker_id, socket_path
+from nemo_gym.routing.liveness import LifeName
+from nemo_gym.routing.worker import OWNER_KEY, new_worker_id, socket_address
 from resources_servers.example_session_state_mgmt import standard_clients
 from tests.unit_tests.routing_workers import EchoServer, Worker, signed_session, two_workers
 
@@ -118,22 +117,22 @@ async def test_a_background_task_failing_after_its_reply_leaves_the_next_forward
 
 
 class PlayedOwner:
-    """An owner worker played by the test: its private socket and life lock, in a thread of its own.
+    """An owner worker played by the test: its private socket and life name, in a thread of its own.
 
     It answers the first request of each connection (200, kept alive) and takes the next one as
     ``ending`` says: "unread" closes the connection with the request unread (the kernel resets it,
     as when a process dies with it in its socket); "read" reads it whole, then closes. ``dying``:
-    with that close the owner also stops listening, and frees its life lock ``lock_after`` seconds later.
+    with that close the owner also stops listening, and frees its life name ``release_after`` seconds later.
     """
 
-    def __init__(self, socket_dir: str, ending: str, dying: bool = False, lock_after: float = 0.0) -> None:
+    def __init__(self, socket_dir: str, ending: str, dying: bool = False, release_after: float = 0.0) -> None:
         self.worker_id = new_worker_id()
         self.ending = ending
         self.dying = dying
-        self.lock_after = lock_after
-        self.life_lock = LifeLock(socket_dir, self.worker_id)
-        self.life_lock.hold()
-        self.path = socket_path(socket_dir, self.worker_id)
+        self.release_after = release_after
+        self.life_name = LifeName(socket_dir, self.worker_id)
+        self.life_name.hold()
+        self.path = socket_address(socket_dir, self.worker_id)
         self.listener = socket.socket(socket.AF_UNIX)
         self.listener.bind(self.path)
         self.listener.listen()
@@ -152,9 +151,7 @@ class PlayedOwner:
             self.stopped.set()
             self.thread.join(WAIT_SECONDS)
             self.listener.close()
-            self.life_lock.release()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
+            self.life_name.release()
 
     def serve(self) -> None:
         while not self.stopped.is_set():
@@ -195,8 +192,8 @@ class PlayedOwner:
             self.listener.close()
         connection.close()
         if self.dying:
-            self.stopped.wait(self.lock_after)
-            self.life_lock.release()
+            self.stopped.wait(self.release_after)
+            self.life_name.release()
         return not self.dying
 
 
@@ -243,11 +240,11 @@ async def test_a_request_a_live_owner_read_and_left_unanswered_is_never_sent_twi
 
 @pytest.mark.parametrize("client", sorted(CLIENTS))
 @pytest.mark.parametrize("ending", ["unread", "read"])
-async def test_an_owner_that_resets_a_request_and_frees_its_life_lock_a_moment_later_is_dead_and_the_session_gets_410(client, ending):
-    """The kernel closes a killed process's sockets and its lock file one after the other: the reset
+async def test_an_owner_that_resets_a_request_and_frees_its_life_name_a_moment_later_is_dead_and_the_session_gets_410(client, ending):
+    """The kernel closes a killed process's sockets one after the other: the reset
     comes first, and the owner proves dead a moment later."""
     post = CLIENTS[client]
-    async with worker_and_played_owner(ending=ending, dying=True, lock_after=0.1) as (b, owner):
+    async with worker_and_played_owner(ending=ending, dying=True, release_after=0.1) as (b, owner):
         cookies = cookies_of(b, owner.worker_id)
         assert await post(b.url + "/increment", cookies) == (200, {"answered": 1})
         async with asyncio.timeout(WAIT_SECONDS):
