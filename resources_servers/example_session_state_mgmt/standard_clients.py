@@ -7,7 +7,7 @@ urllib, the openai SDK's generic ``post`` (its httpx client keeps the cookies), 
 replaces its cookies with each reply's, even a reply that sets none (what upstream NeMo Gym's agents
 do). ``fresh`` opens a new connection for every request, so consecutive requests of a session reach
 whichever worker accepts; otherwise connections are kept alive. Each reply says which Cookie header
-the client sent and which Set-Cookie headers it got, as read on the client's own request and reply.
+the client sent, which Set-Cookie headers it got and its Retry-After, as read on the client's own request and reply.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class Reply(NamedTuple):
     body: Any
     sent_cookie: str | None  # the request's Cookie header, as the client sent it
     set_cookies: list[str]  # the reply's Set-Cookie headers
+    retry_after: str | None  # the reply's Retry-After header
 
 
 Post = Callable[[str, dict], Awaitable[Reply]]
@@ -57,7 +58,7 @@ async def episode(post: Post, start: int) -> dict[str, Any]:
     """``{"reward": 1.0}`` when the count read back is start + 3; an ``"error"`` says which step failed."""
     body: Any = None
     for path, request in steps(start):
-        status, body, _, _ = await post(path, request)
+        status, body, *_ = await post(path, request)
         if status != 200:
             return {"reward": 0.0, "error": f"{path} answered {status}: {str(body)[:200]}"}
         await asyncio.sleep(THINK_SECONDS)
@@ -86,11 +87,11 @@ def decoded(text: str) -> Any:
 
 
 def aiohttp_reply(reply: aiohttp.ClientResponse, text: str) -> Reply:
-    return Reply(reply.status, decoded(text), reply.request_info.headers.get("Cookie"), reply.headers.getall("Set-Cookie", []))
+    return Reply(reply.status, decoded(text), reply.request_info.headers.get("Cookie"), reply.headers.getall("Set-Cookie", []), reply.headers.get("Retry-After"))
 
 
 def httpx_reply(reply: httpx.Response) -> Reply:
-    return Reply(reply.status_code, decoded(reply.text), reply.request.headers.get("Cookie"), reply.headers.get_list("Set-Cookie"))
+    return Reply(reply.status_code, decoded(reply.text), reply.request.headers.get("Cookie"), reply.headers.get_list("Set-Cookie"), reply.headers.get("Retry-After"))
 
 
 def localhost(url: str) -> str:
@@ -205,7 +206,7 @@ def requests_session(url: str, fresh: bool) -> Callable[[str, dict], Reply]:
 
     def post(path: str, body: dict) -> Reply:
         reply = http.post(url + path, json=body, timeout=60)
-        return Reply(reply.status_code, decoded(reply.text), reply.request.headers.get("Cookie"), reply.raw.headers.getlist("Set-Cookie"))
+        return Reply(reply.status_code, decoded(reply.text), reply.request.headers.get("Cookie"), reply.raw.headers.getlist("Set-Cookie"), reply.headers.get("Retry-After"))
 
     return post
 
@@ -221,7 +222,7 @@ def urllib_cookiejar(url: str, fresh: bool) -> Callable[[str, dict], Reply]:
                 status, text, headers = reply.status, reply.read().decode(), reply.headers
         except urllib.error.HTTPError as error:
             status, text, headers = error.code, error.read().decode(), error.headers
-        return Reply(status, decoded(text), request.get_header("Cookie"), headers.get_all("Set-Cookie", []))
+        return Reply(status, decoded(text), request.get_header("Cookie"), headers.get_all("Set-Cookie", []), headers.get("Retry-After"))
 
     return post
 
