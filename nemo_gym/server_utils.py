@@ -143,12 +143,18 @@ async def request(method: str, url: str, _internal: bool = False, **kwargs: Any)
 
 
 async def raise_for_status(response: aiohttp.ClientResponse) -> None:
-    """An error status raises ``aiohttp.ClientResponseError`` whose message is the reply's body."""
-    if response.status >= 400:
-        text = (await response.read()).decode("utf-8", errors="replace")
-        raise aiohttp.ClientResponseError(
-            response.request_info, response.history, status=response.status, message=text, headers=response.headers
-        )
+    """A reply that is not ``ok`` raises its own ``raise_for_status()`` error, the body attached as ``response_content``.
+
+    Upstream's check: only ``ok``, ``read()`` and ``raise_for_status()`` are used, so a stand-in reply works too.
+    """
+    if response.ok:
+        return
+    content = await response.read()
+    try:
+        response.raise_for_status()
+    except aiohttp.ClientResponseError as error:
+        error.response_content = content
+        raise
 
 
 async def get_response_json(response: aiohttp.ClientResponse) -> Any:

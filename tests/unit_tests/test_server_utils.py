@@ -6,7 +6,9 @@ import asyncio
 
 import aiohttp
 import pytest
+import yarl
 from fastapi import FastAPI, HTTPException, Request, Response
+from multidict import CIMultiDict, CIMultiDictProxy
 from omegaconf import OmegaConf
 from pydantic import BaseModel
 
@@ -72,11 +74,34 @@ async def test_a_pydantic_body_is_sent_with_only_the_fields_that_were_set(client
 
 
 @pytest.mark.anyio
-async def test_raise_for_status_raises_with_the_replys_body(client):
+async def test_raise_for_status_raises_the_replys_own_error_with_its_body_as_response_content(client):
     response = await client.get("echo", "/teapot")
     with pytest.raises(aiohttp.ClientResponseError) as raised:
         await raise_for_status(response)
-    assert raised.value.status == 418 and "short and stout" in raised.value.message
+    assert (raised.value.status, raised.value.message) == (418, "I'm a Teapot")
+    assert b"short and stout" in raised.value.response_content
+
+
+class StandInReply:
+    """A reply as upstream's tests mock one: ``ok``, ``read()`` and its own ``raise_for_status()``, no ``status``."""
+
+    def __init__(self, ok: bool) -> None:
+        self.ok = ok
+
+    async def read(self) -> bytes:
+        return b"rate limited"
+
+    def raise_for_status(self) -> None:
+        url = yarl.URL("http://judge/v1/responses")
+        raise aiohttp.ClientResponseError(aiohttp.RequestInfo(url, "POST", CIMultiDictProxy(CIMultiDict()), url), (), status=429, message="Too Many Requests")
+
+
+@pytest.mark.anyio
+async def test_raise_for_status_judges_a_reply_by_its_ok_alone():
+    await raise_for_status(StandInReply(ok=True))
+    with pytest.raises(aiohttp.ClientResponseError, match="429") as raised:
+        await raise_for_status(StandInReply(ok=False))
+    assert raised.value.response_content == b"rate limited"
 
 
 @pytest.mark.anyio
