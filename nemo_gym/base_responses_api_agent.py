@@ -21,7 +21,7 @@ from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParams, 
 from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
 from nemo_gym.response_stream import response_reply
 from nemo_gym.server import SimpleServer
-from nemo_gym.server_utils import get_response_json
+from nemo_gym.server_utils import get_response_json, rollout_path_prefix
 
 __all__ = ["BaseResponsesAPIAgentConfig", "BaseRunRequest", "Body", "SimpleResponsesAPIAgent"]
 
@@ -81,7 +81,7 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
 
 
 def rollout_path(path: str, rollout_id: str | None) -> str:
-    return f"/{ROLLOUT_PATH_PREFIX}/{rollout_id}{path}" if rollout_id else path
+    return rollout_path_prefix(rollout_id) + path
 
 
 async def checked_json(reply: aiohttp.ClientResponse, what: str) -> Any:

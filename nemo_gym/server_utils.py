@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.config_types import BaseServerConfig
+from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT, BaseServerConfig
 from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
 from nemo_gym.owner_pool import OwnerPool, read_in_full
 from nemo_gym.sessions import session_cookie_name
@@ -29,12 +29,14 @@ from nemo_gym.sessions import session_cookie_name
 __all__ = [
     "SESSION_ID_KEY",
     "ServerClient",
+    "apply_rollout_prefix",
     "get_first_server_config_dict",
     "get_response_json",
     "get_server_url",
     "is_nemo_gym_fastapi_entrypoint",
     "raise_for_status",
     "request",
+    "rollout_path_prefix",
 ]
 
 MAX_NUM_TRIES = 3
@@ -159,6 +161,18 @@ async def raise_for_status(response: aiohttp.ClientResponse) -> None:
 
 async def get_response_json(response: aiohttp.ClientResponse) -> Any:
     return await response.json(content_type=None)
+
+
+def rollout_path_prefix(rollout_id: str | None, *, token_capture: bool = False) -> str:
+    """``/ng-rollout/<id>`` (``/training-token-capture`` after it for a capture), or "" with no rollout id."""
+    if not rollout_id:
+        return ""
+    return f"/{ROLLOUT_PATH_PREFIX}/{rollout_id}" + (f"/{TOKEN_CAPTURE_PATH_SEGMENT}" if token_capture else "")
+
+
+def apply_rollout_prefix(base_url: str, rollout_id: str | None, *, token_capture: bool = False) -> str:
+    """A model server's root URL with the rollout's prefix after it."""
+    return base_url.rstrip("/") + rollout_path_prefix(rollout_id, token_capture=token_capture) if rollout_id else base_url
 
 
 def get_server_url(server_name: str) -> str:

@@ -18,9 +18,11 @@ from nemo_gym.server_utils import (
     ENTRYPOINT_ENV,
     WORKER_ENV,
     ServerClient,
+    apply_rollout_prefix,
     get_response_json,
     is_nemo_gym_fastapi_entrypoint,
     raise_for_status,
+    rollout_path_prefix,
 )
 from tests.unit_tests.in_process_server import serving
 from tests.unit_tests.routing_workers import signed_session
@@ -140,3 +142,11 @@ def test_is_nemo_gym_fastapi_entrypoint_only_in_a_launcher_worker_for_that_file(
     monkeypatch.setenv(ENTRYPOINT_ENV, "resources_servers/counter/app.py")
     assert is_nemo_gym_fastapi_entrypoint(str(app_py))
     assert not is_nemo_gym_fastapi_entrypoint(str(tmp_path / "resources_servers" / "other" / "app.py"))
+
+
+def test_a_rollouts_path_prefix_and_its_model_url():
+    assert rollout_path_prefix("3-1") == "/ng-rollout/3-1"
+    assert rollout_path_prefix("3-1", token_capture=True) == "/ng-rollout/3-1/training-token-capture"
+    assert rollout_path_prefix(None) == ""
+    assert apply_rollout_prefix("http://model:8000/", "3-1") == "http://model:8000/ng-rollout/3-1"
+    assert apply_rollout_prefix("http://model:8000/", None) == "http://model:8000/"
