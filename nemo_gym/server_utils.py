@@ -11,6 +11,7 @@ worker goes on a connection to that worker (``nemo_gym.owner_pool``), so it need
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -160,7 +161,8 @@ async def raise_for_status(response: aiohttp.ClientResponse) -> None:
 
 
 async def get_response_json(response: aiohttp.ClientResponse) -> Any:
-    return await response.json(content_type=None)
+    """The reply's body as JSON, whatever its content type (upstream's: only ``read()`` is used)."""
+    return json.loads(await response.read())
 
 
 def rollout_path_prefix(rollout_id: str | None, *, token_capture: bool = False) -> str:

@@ -150,3 +150,15 @@ def test_a_rollouts_path_prefix_and_its_model_url():
     assert rollout_path_prefix(None) == ""
     assert apply_rollout_prefix("http://model:8000/", "3-1") == "http://model:8000/ng-rollout/3-1"
     assert apply_rollout_prefix("http://model:8000/", None) == "http://model:8000/"
+
+
+class StandInBody:
+    """A reply as upstream's tests mock one for ``get_response_json``: ``read()`` alone."""
+
+    async def read(self) -> bytes:
+        return b'{"verdict": "[[A]]"}'
+
+
+@pytest.mark.anyio
+async def test_get_response_json_parses_what_read_returns_so_a_stand_in_reply_works():
+    assert await get_response_json(StandInBody()) == {"verdict": "[[A]]"}
