@@ -393,7 +393,8 @@ class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     messages: list[dict[str, Any]]
-    model: str
+    # None: the backend's own model (vLLM serves one).
+    model: Optional[str] = None
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Union[str, dict[str, Any], None] = None
     parallel_tool_calls: Optional[bool] = None

@@ -12,6 +12,7 @@ from nemo_gym.openai_utils import (
     REQUIRED_TOKEN_METADATA_FIELDS,
     TOKEN_METADATA_FIELDS,
     NeMoGymChatCompletion,
+    NeMoGymChatCompletionCreateParamsNonStreaming,
     NeMoGymChatCompletionMessageForTraining,
     NeMoGymEasyInputMessage,
     NeMoGymEasyInputMessageForTraining,
@@ -298,3 +299,8 @@ def test_a_refusal_and_a_summary_need_no_type_and_a_message_given_as_parts_is_co
     assert NeMoGymSummary(text="thought").type == "summary_text"
     given = NeMoGymMessage(role="system", content=[{"type": "input_text", "text": "be brief"}])
     assert (given.status, given.type) == ("completed", "message")
+
+
+def test_a_chat_completion_request_may_leave_the_model_to_the_backend():
+    request = NeMoGymChatCompletionCreateParamsNonStreaming.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    assert request.model is None and "model" not in request.model_dump(exclude_unset=True)
