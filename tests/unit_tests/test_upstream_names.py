@@ -66,6 +66,21 @@ UPSTREAM_NAMES = {
     "nemo_gym.server_utils": ["rollout_path_prefix", "apply_rollout_prefix"],
     "nemo_gym.reward_profile": ["add_avg_sample_std_dev"],
     "nemo_gym.base_resources_server": ["NEMO_GYM_MCP_METADATA_KEY", "NEMO_GYM_MCP_SESSION_TOKEN_HEADER"],
+    "nemo_gym.sandbox": [
+        "AsyncSandbox",
+        "ExecResult",
+        "SandboxCreateError",
+        "SandboxExecResult",
+        "SandboxHandle",
+        "SandboxProvider",
+        "SandboxResources",
+        "SandboxSpec",
+        "SandboxStatus",
+        "create_provider",
+        "get_provider_class",
+        "list_providers",
+        "register_provider",
+    ],
 }
 
 
