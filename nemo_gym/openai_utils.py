@@ -184,7 +184,11 @@ def _item_types(sdk_union: Any) -> set[str]:
 
 
 def _item_tagger(sdk_types: set[str], input_messages: bool) -> typing.Callable[[Any], str]:
-    """Which class an item is: its ``type``; among inputs, a message is past assistant output or a message given."""
+    """Which class an item is: its ``type``; among inputs, a message is past assistant output or a message given.
+
+    Among outputs a message is the assistant's, unless it is a message given (a user, system or developer
+    turn, or an input message object): upstream's agents return the whole conversation as the output.
+    """
 
     def tag(item: Any) -> str:
         kind = _field(item, "type")
@@ -192,7 +196,8 @@ def _item_tagger(sdk_types: set[str], input_messages: bool) -> typing.Callable[[
             content = _field(item, "content")
             parts = content if isinstance(content, list) else []
             said = _field(item, "role") == "assistant" and any(_field(part, "type") in ("output_text", "refusal") for part in parts)
-            kind = "message" if input_messages and not said else "output_message"
+            given = isinstance(item, EasyInputMessage) or _field(item, "role") not in (None, "assistant")
+            kind = ("output_message" if said else "message") if input_messages else ("message" if given else "output_message")
         elif kind not in ("function_call", "function_call_output", "reasoning"):
             return "other" if kind in sdk_types else "unknown"
         return f"{kind}_for_training" if kind in TRAINABLE and carries_token_metadata(item) else kind
@@ -211,10 +216,9 @@ def _item_union(sdk_union: Any, input_messages: bool) -> Any:
         Annotated[NeMoGymResponseReasoningItemForTraining, Tag("reasoning_for_training")],
         # Any other item (hosted tool calls, item references, ...) is validated by the SDK's own union.
         Annotated[sdk_union, Tag("other")],
+        Annotated[NeMoGymEasyInputMessage, Tag("message")],
+        Annotated[NeMoGymEasyInputMessageForTraining, Tag("message_for_training")],
     ]
-    if input_messages:
-        members.append(Annotated[NeMoGymEasyInputMessage, Tag("message")])
-        members.append(Annotated[NeMoGymEasyInputMessageForTraining, Tag("message_for_training")])
     sdk_types = _item_types(sdk_union)
     error = f"an item's type is one of the Responses API's: {', '.join(sorted(sdk_types))}"
     tagger = _item_tagger(sdk_types, input_messages)

@@ -304,3 +304,11 @@ def test_a_refusal_and_a_summary_need_no_type_and_a_message_given_as_parts_is_co
 def test_a_chat_completion_request_may_leave_the_model_to_the_backend():
     request = NeMoGymChatCompletionCreateParamsNonStreaming.model_validate({"messages": [{"role": "user", "content": "hi"}]})
     assert request.model is None and "model" not in request.model_dump(exclude_unset=True)
+
+
+def test_a_response_whose_output_carries_the_conversations_given_messages_validates_as_upstreams_agents_build_it():
+    given = NeMoGymEasyInputMessage(role="user", content="2+2?")
+    said = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "4"}]}
+    response = new_response(output=[given, {"role": "system", "content": "be brief", "type": "message"}, said])
+    assert [type(item) for item in response.output] == [NeMoGymEasyInputMessage, NeMoGymEasyInputMessage, NeMoGymResponseOutputMessage]
+    assert NeMoGymResponse.model_validate(response.model_dump()).output[0] == given
