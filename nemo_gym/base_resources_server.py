@@ -13,11 +13,11 @@ from starlette.routing import BaseRoute
 
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, BaseRunServerInstanceConfig
 from nemo_gym.judge import judge_failsafe
-from nemo_gym.mcp_tools import McpToolEndpoint, SeedSessionMcpMetadata, default_tool_routes
+from nemo_gym.mcp_tools import MCP_METADATA_KEY, McpToolEndpoint, SeedSessionMcpMetadata, default_tool_routes
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
 from nemo_gym.server import SimpleServer
-from nemo_gym.session_token import mint_token, token_serializer
+from nemo_gym.session_token import TOKEN_HEADER, mint_token, token_serializer
 
 __all__ = [
     "AggregateMetrics",
@@ -29,9 +29,15 @@ __all__ = [
     "BaseSeedSessionResponse",
     "BaseVerifyRequest",
     "BaseVerifyResponse",
+    "NEMO_GYM_MCP_METADATA_KEY",
+    "NEMO_GYM_MCP_SESSION_TOKEN_HEADER",
     "ReverifyMode",
     "SimpleResourcesServer",
 ]
+
+# Upstream's names: the key of a /seed_session reply's MCP metadata and the header of its session token.
+NEMO_GYM_MCP_METADATA_KEY = MCP_METADATA_KEY
+NEMO_GYM_MCP_SESSION_TOKEN_HEADER = TOKEN_HEADER
 
 
 class ReverifyMode(str, Enum):

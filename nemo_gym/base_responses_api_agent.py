@@ -16,16 +16,14 @@ from nemo_gym.config_types import (
     AggregateMetricsRequest,
     BaseRunServerInstanceConfig,
 )
+from nemo_gym.global_config import ROLLOUT_ID_KEY_NAME
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParams, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
 from nemo_gym.response_stream import response_reply
 from nemo_gym.server import SimpleServer
-from nemo_gym.server_utils import get_response_json
+from nemo_gym.server_utils import get_response_json, rollout_path_prefix
 
 __all__ = ["BaseResponsesAPIAgentConfig", "BaseRunRequest", "Body", "SimpleResponsesAPIAgent"]
-
-ROLLOUT_ID_KEY = "_ng_rollout_id"
-
 
 class BaseResponsesAPIAgentConfig(BaseRunServerInstanceConfig):
     skip_verification: bool = False
@@ -70,7 +68,7 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
     @staticmethod
     def rollout_id_from_run(body: BaseRunRequest) -> str | None:
         """The rollout id a ``/run`` row carries (``_ng_rollout_id``), if any."""
-        return (body.model_extra or {}).get(ROLLOUT_ID_KEY)
+        return (body.model_extra or {}).get(ROLLOUT_ID_KEY_NAME)
 
     def url_path_for_run(self, path: str, body: BaseRunRequest) -> str:
         """``path`` under the row's rollout prefix (``/ng-rollout/<id>/...``) when the row has a rollout id."""
@@ -83,7 +81,7 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
 
 
 def rollout_path(path: str, rollout_id: str | None) -> str:
-    return f"/{ROLLOUT_PATH_PREFIX}/{rollout_id}{path}" if rollout_id else path
+    return rollout_path_prefix(rollout_id) + path
 
 
 async def checked_json(reply: aiohttp.ClientResponse, what: str) -> Any:

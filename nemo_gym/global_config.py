@@ -13,9 +13,39 @@ CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"
 INSTANCE_ENV = "NEMO_GYM_INSTANCE"
 # Where each worker of a multi-worker server writes its output, to a file of its own (the launcher's logs).
 WORKER_LOG_DIR_ENV = "NEMO_GYM_WORKER_LOG_DIR"
+
+# Upstream's key names. Of the row's keys:
 TASK_INDEX_KEY_NAME = "_ng_task_index"
 ROLLOUT_INDEX_KEY_NAME = "_ng_rollout_index"
+# A re-dispatched rollout's attempt number (0 the first time).
+ATTEMPT_INDEX_KEY_NAME = "_ng_attempt_index"
+ROLLOUT_ID_KEY_NAME = "_ng_rollout_id"
+RESPONSES_CREATE_PARAMS_KEY_NAME = "responses_create_params"
+RESPONSE_KEY_NAME = "response"
 AGENT_REF_KEY_NAME = "agent_ref"
+SKILLS_REF_KEY_NAME = "skills_ref"
+# Of the config's top-level keys:
+CONFIG_PATHS_KEY_NAME = "config_paths"
+ENTRYPOINT_KEY_NAME = "entrypoint"
+DEFAULT_HOST_KEY_NAME = "default_host"
+HEAD_SERVER_KEY_NAME = "head_server"
+DISALLOWED_PORTS_KEY_NAME = "disallowed_ports"
+HF_TOKEN_KEY_NAME = "hf_token"
+PORT_RANGE_LOW_KEY_NAME = "port_range_low"
+PORT_RANGE_HIGH_KEY_NAME = "port_range_high"
+DRY_RUN_KEY_NAME = "dry_run"
+RESULTS_DIR_KEY_NAME = "results_dir"
+CACHE_DIR_KEY_NAME = "cache_dir"
+INHERIT_FROM_KEY_NAME = "_inherit_from"
+COPY_KEY_NAME = "_copy"
+DELETE_KEY_KEY_NAME = "_delete_key"
+VERBOSE_KEY_NAME = "verbose"
+SKIP_VERIFICATION_KEY_NAME = "skip_verification"
+SKIP_VERIFICATION_REWARD_KEY_NAME = "skip_verification_reward"
+POLICY_BASE_URL_KEY_NAME = "policy_base_url"
+POLICY_API_KEY_KEY_NAME = "policy_api_key"
+POLICY_MODEL_NAME_KEY_NAME = "policy_model_name"
+POLICY_MODEL_KEY_NAME = "policy_model"
 
 
 @functools.cache
@@ -26,6 +56,16 @@ def get_global_config_dict() -> DictConfig:
         raise RuntimeError(f"{CONFIG_PATH_ENV} is not set: this process was not started by the Gym launcher")
     with open(path) as file:
         return OmegaConf.create(json.load(file))
+
+
+def maybe_get_global_config_dict() -> DictConfig | None:
+    """The config the launcher handed this process, or None in a process it did not start."""
+    return get_global_config_dict() if os.environ.get(CONFIG_PATH_ENV) else None
+
+
+def get_hf_token() -> str | None:
+    """The config's ``hf_token``, if it has one."""
+    return get_global_config_dict().get(HF_TOKEN_KEY_NAME)
 
 
 def get_first_server_config_dict(global_config_dict: Any, instance_name: str) -> Any:

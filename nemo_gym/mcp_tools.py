@@ -51,6 +51,8 @@ from nemo_gym.session_token import TOKEN_HEADER, read_token
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
+# The key of the MCP metadata in a /seed_session reply (upstream's NEMO_GYM_MCP_METADATA_KEY).
+MCP_METADATA_KEY = "mcp"
 SEED_SESSION_PATH = "/seed_session"
 NEVER_TOOLS = frozenset({"seed_session", "verify", "aggregate_metrics", "reverify_mode", "mcp"})
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -384,7 +386,7 @@ class SeedSessionMcpMetadata:
             except ValueError:
                 reply = None
             if isinstance(reply, dict):
-                reply["mcp"] = mcp_metadata(self.server_name, self.mint(scope["session"][SESSION_ID_KEY]))
+                reply[MCP_METADATA_KEY] = mcp_metadata(self.server_name, self.mint(scope["session"][SESSION_ID_KEY]))
             else:
                 start = {**start, "status": 500}
                 reply = {"detail": f"{self.server_name}: /seed_session replied without a JSON object, so it cannot carry the mcp metadata"}

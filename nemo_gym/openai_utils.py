@@ -10,12 +10,14 @@ from __future__ import annotations
 import time
 import typing
 import uuid
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, Optional, Union
 
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice
 from openai.types.responses import (
     EasyInputMessage,
+    FunctionToolParam,
     Response,
     ResponseFunctionToolCall,
     ResponseIncludable,
@@ -23,6 +25,7 @@ from openai.types.responses import (
     ResponseInputImage,
     ResponseInputItem,
     ResponseInputText,
+    ResponseInputTextParam,
     ResponseOutputItem,
     ResponseOutputMessage,
     ResponseOutputRefusal,
@@ -35,14 +38,42 @@ from openai.types.responses import (
 )
 from openai.types.responses.response import ToolChoice
 from openai.types.responses.response_function_tool_call_output_item import ResponseFunctionToolCallOutputItem
+from openai.types.responses.response_input_item import Message
+from openai.types.responses.response_reasoning_item import Summary
+from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from openai.types.shared import Reasoning
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+from nemo_gym.openai_client import RATE_LIMIT_ERROR_CODES, RETRY_ERROR_CODES, NeMoGymAsyncOpenAI  # noqa: F401 (upstream's path)
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
+
+
+# Per-token routed expert indices [tokens, moe_layers, top_k], or the trainer's opaque string encoding of them.
+RoutedExperts = Union[str, list[list[list[int]]]]
+REQUIRED_TOKEN_METADATA_FIELDS = frozenset({"prompt_token_ids", "generation_token_ids", "generation_log_probs"})
+TOKEN_METADATA_FIELDS = REQUIRED_TOKEN_METADATA_FIELDS | {"routed_experts"}
+
+
+class TokenIDLogProbMixin(BaseModel):
+    """What a model server adds to an item it generated, for training: the token ids and their log-probs."""
+
+    prompt_token_ids: list[int]
+    generation_token_ids: list[int]
+    generation_log_probs: list[float]
+    routed_experts: Optional[RoutedExperts] = None
+
+
+def _field(item: Any, key: str) -> Any:
+    return item.get(key) if isinstance(item, dict) else getattr(item, key, None)
+
+
+def carries_token_metadata(item: Any) -> bool:
+    return any(_field(item, key) is not None for key in TOKEN_METADATA_FIELDS)
 
 
 class NeMoGymResponseInputImage(ResponseInputImage):
@@ -67,11 +98,18 @@ class NeMoGymResponseOutputText(ResponseOutputText):
     type: Literal["output_text"] = "output_text"
 
 
+class NeMoGymResponseOutputRefusal(ResponseOutputRefusal):
+    type: Literal["refusal"] = "refusal"
+
+
+NeMoGymContent = Annotated[Union[NeMoGymResponseOutputText, NeMoGymResponseOutputRefusal], Field(discriminator="type")]
+
+
 class NeMoGymResponseOutputMessage(ResponseOutputMessage):
     """An assistant message; as input (a past turn) it may come without id and status."""
 
     id: str = Field(default_factory=lambda: new_id("msg"))
-    content: list[Annotated[Union[NeMoGymResponseOutputText, ResponseOutputRefusal], Field(discriminator="type")]]
+    content: list[NeMoGymContent]
     role: Literal["assistant"] = "assistant"
     status: ItemStatus = "completed"
     type: Literal["message"] = "message"
@@ -92,12 +130,45 @@ class NeMoGymFunctionCallOutput(ResponseFunctionToolCallOutputItem):
     type: Literal["function_call_output"] = "function_call_output"
 
 
+class NeMoGymMessage(Message):
+    """A user, system or developer message given as a list of content parts, with a status."""
+
+    content: list[NeMoGymResponseInputContent]
+    status: ItemStatus = "completed"
+    type: Literal["message"] = "message"
+
+
+class NeMoGymSummary(Summary):
+    type: Literal["summary_text"] = "summary_text"
+
+
 class NeMoGymResponseReasoningItem(ResponseReasoningItem):
+    summary: list[NeMoGymSummary]
     type: Literal["reasoning"] = "reasoning"
 
 
-def _field(item: Any, key: str) -> Any:
-    return item.get(key) if isinstance(item, dict) else getattr(item, key, None)
+class NeMoGymEasyInputMessageForTraining(NeMoGymEasyInputMessage, TokenIDLogProbMixin):
+    pass
+
+
+class NeMoGymMessageForTraining(NeMoGymMessage, TokenIDLogProbMixin):
+    pass
+
+
+class NeMoGymResponseOutputMessageForTraining(NeMoGymResponseOutputMessage, TokenIDLogProbMixin):
+    pass
+
+
+class NeMoGymResponseFunctionToolCallForTraining(NeMoGymResponseFunctionToolCall, TokenIDLogProbMixin):
+    pass
+
+
+class NeMoGymResponseReasoningItemForTraining(NeMoGymResponseReasoningItem, TokenIDLogProbMixin):
+    pass
+
+
+# An item of these kinds that carries token metadata is read as its ForTraining class, so the ids are kept.
+TRAINABLE = ("message", "output_message", "function_call", "reasoning")
 
 
 def _literal_values(annotation: Any) -> set[str]:
@@ -113,7 +184,11 @@ def _item_types(sdk_union: Any) -> set[str]:
 
 
 def _item_tagger(sdk_types: set[str], input_messages: bool) -> typing.Callable[[Any], str]:
-    """Which class an item is: its ``type``; among inputs, a message is past assistant output or a message given."""
+    """Which class an item is: its ``type``; among inputs, a message is past assistant output or a message given.
+
+    Among outputs a message is the assistant's, unless it is a message given (a user, system or developer
+    turn, or an input message object): upstream's agents return the whole conversation as the output.
+    """
 
     def tag(item: Any) -> str:
         kind = _field(item, "type")
@@ -121,10 +196,11 @@ def _item_tagger(sdk_types: set[str], input_messages: bool) -> typing.Callable[[
             content = _field(item, "content")
             parts = content if isinstance(content, list) else []
             said = _field(item, "role") == "assistant" and any(_field(part, "type") in ("output_text", "refusal") for part in parts)
-            return "message" if input_messages and not said else "output_message"
-        if kind in ("function_call", "function_call_output", "reasoning"):
-            return kind
-        return "other" if kind in sdk_types else "unknown"
+            given = isinstance(item, EasyInputMessage) or _field(item, "role") not in (None, "assistant")
+            kind = ("output_message" if said else "message") if input_messages else ("message" if given else "output_message")
+        elif kind not in ("function_call", "function_call_output", "reasoning"):
+            return "other" if kind in sdk_types else "unknown"
+        return f"{kind}_for_training" if kind in TRAINABLE and carries_token_metadata(item) else kind
 
     return tag
 
@@ -132,14 +208,17 @@ def _item_tagger(sdk_types: set[str], input_messages: bool) -> typing.Callable[[
 def _item_union(sdk_union: Any, input_messages: bool) -> Any:
     members = [
         Annotated[NeMoGymResponseOutputMessage, Tag("output_message")],
+        Annotated[NeMoGymResponseOutputMessageForTraining, Tag("output_message_for_training")],
         Annotated[NeMoGymResponseFunctionToolCall, Tag("function_call")],
+        Annotated[NeMoGymResponseFunctionToolCallForTraining, Tag("function_call_for_training")],
         Annotated[NeMoGymFunctionCallOutput, Tag("function_call_output")],
         Annotated[NeMoGymResponseReasoningItem, Tag("reasoning")],
+        Annotated[NeMoGymResponseReasoningItemForTraining, Tag("reasoning_for_training")],
         # Any other item (hosted tool calls, item references, ...) is validated by the SDK's own union.
         Annotated[sdk_union, Tag("other")],
+        Annotated[NeMoGymEasyInputMessage, Tag("message")],
+        Annotated[NeMoGymEasyInputMessageForTraining, Tag("message_for_training")],
     ]
-    if input_messages:
-        members.append(Annotated[NeMoGymEasyInputMessage, Tag("message")])
     sdk_types = _item_types(sdk_union)
     error = f"an item's type is one of the Responses API's: {', '.join(sorted(sdk_types))}"
     tagger = _item_tagger(sdk_types, input_messages)
@@ -216,10 +295,39 @@ class NeMoGymResponseCreateParams(NeMoGymResponseCreateParamsNonStreaming):
         return NeMoGymResponseCreateParamsNonStreaming.model_validate({name: getattr(self, name) for name in fields})
 
 
+class NeMoGymResponseInputTokensDetails(InputTokensDetails):
+    # None: the backend did not count them.
+    cached_tokens: Optional[int]
+    # Newer than upstream's SDK; a usage written for that SDK has none.
+    cache_write_tokens: int = 0
+
+
+class NeMoGymResponseOutputTokensDetails(OutputTokensDetails):
+    reasoning_tokens: Optional[int]
+
+
+def _add_counts(left: Optional[int], right: Optional[int]) -> Optional[int]:
+    """Two token counts added; a count nobody took stays unknown."""
+    return None if left is None or right is None else left + right
+
+
+class NeMoGymResponseUsage(ResponseUsage):
+    input_tokens_details: NeMoGymResponseInputTokensDetails
+    output_tokens_details: NeMoGymResponseOutputTokensDetails
+
+    @classmethod
+    def sum_from_list(cls, usages: Iterable["NeMoGymResponseUsage"]) -> "NeMoGymResponseUsage":
+        total = response_usage(0, 0)
+        for usage in usages:
+            total = accumulate_response_usage(total, usage)
+        return total
+
+
 class NeMoGymResponse(Response):
     """A Responses API response object: an ``openai.types.responses.Response`` with the Gym's item classes."""
 
     output: list[NeMoGymResponseOutputItem]
+    usage: Optional[NeMoGymResponseUsage] = None
 
 
 # The request settings a response states back, as the API does.
@@ -238,25 +346,27 @@ def new_response(params: Optional[NeMoGymResponseCreateParamsNonStreaming] = Non
     return NeMoGymResponse.model_validate({**defaults, "model": params.model or "", "output": [], **echoed, **fields})
 
 
-def response_usage(input_tokens: int, output_tokens: int, cached_tokens: int = 0, reasoning_tokens: int = 0) -> ResponseUsage:
-    return ResponseUsage(
+def response_usage(input_tokens: int, output_tokens: int, cached_tokens: Optional[int] = 0, reasoning_tokens: Optional[int] = 0) -> NeMoGymResponseUsage:
+    return NeMoGymResponseUsage(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         total_tokens=input_tokens + output_tokens,
-        input_tokens_details={"cached_tokens": cached_tokens, "cache_write_tokens": 0},
+        input_tokens_details={"cached_tokens": cached_tokens},
         output_tokens_details={"reasoning_tokens": reasoning_tokens},
     )
 
 
-def accumulate_response_usage(total: Optional[ResponseUsage], step: Optional[ResponseUsage]) -> Optional[ResponseUsage]:
+def accumulate_response_usage(total: Optional[ResponseUsage], step: Optional[ResponseUsage]) -> Optional[NeMoGymResponseUsage]:
     """The usage of several model calls together (an agent's loop); None when no call reported any."""
     if total is None or step is None:
-        return total or step
-    return response_usage(
-        total.input_tokens + step.input_tokens,
-        total.output_tokens + step.output_tokens,
-        total.input_tokens_details.cached_tokens + step.input_tokens_details.cached_tokens,
-        total.output_tokens_details.reasoning_tokens + step.output_tokens_details.reasoning_tokens,
+        usage = total or step
+        return None if usage is None else NeMoGymResponseUsage.model_validate(usage.model_dump())
+    return NeMoGymResponseUsage(
+        input_tokens=total.input_tokens + step.input_tokens,
+        output_tokens=total.output_tokens + step.output_tokens,
+        total_tokens=total.total_tokens + step.total_tokens,
+        input_tokens_details={"cached_tokens": _add_counts(total.input_tokens_details.cached_tokens, step.input_tokens_details.cached_tokens)},
+        output_tokens_details={"reasoning_tokens": _add_counts(total.output_tokens_details.reasoning_tokens, step.output_tokens_details.reasoning_tokens)},
     )
 
 
@@ -266,8 +376,15 @@ class NeMoGymChatCompletionMessage(ChatCompletionMessage):
     reasoning: Optional[str] = None
 
 
+class NeMoGymChatCompletionMessageForTraining(NeMoGymChatCompletionMessage, TokenIDLogProbMixin):
+    pass
+
+
 class NeMoGymChoice(Choice):
-    message: NeMoGymChatCompletionMessage
+    message: Annotated[
+        Union[Annotated[NeMoGymChatCompletionMessage, Tag("plain")], Annotated[NeMoGymChatCompletionMessageForTraining, Tag("training")]],
+        Discriminator(lambda message: "training" if carries_token_metadata(message) else "plain"),
+    ]
 
 
 class NeMoGymChatCompletion(ChatCompletion):
@@ -280,7 +397,8 @@ class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     messages: list[dict[str, Any]]
-    model: str
+    # None: the backend's own model (vLLM serves one).
+    model: Optional[str] = None
     tools: Optional[list[dict[str, Any]]] = None
     tool_choice: Union[str, dict[str, Any], None] = None
     parallel_tool_calls: Optional[bool] = None
@@ -291,3 +409,20 @@ class NeMoGymChatCompletionCreateParamsNonStreaming(BaseModel):
     response_format: Optional[dict[str, Any]] = None
     user: Optional[str] = None
     stream: Optional[Literal[False]] = None
+
+
+class NeMoGymResponseInputText(ResponseInputTextParam):
+    pass
+
+
+class NeMoGymFunctionToolParam(FunctionToolParam):
+    pass
+
+
+def __getattr__(name: str) -> Any:
+    """The Chat Completions message types live in ``nemo_gym.chat_completion_types``; upstream imports them from here."""
+    import nemo_gym.chat_completion_types as chat_completion_types  # it imports this module
+
+    if name.startswith("NeMoGym") and hasattr(chat_completion_types, name):
+        return getattr(chat_completion_types, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

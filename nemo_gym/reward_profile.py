@@ -177,6 +177,17 @@ def compute_pass_majority_metrics(
     return metrics, scores, names, max_k
 
 
+def add_avg_sample_std_dev(metrics: dict[str, Any], all_score_dicts: list[list[dict[str, float]]], score_names: list[str], max_k: int) -> None:
+    """Add ``pass@1[avg-of-k]/<score>/avg_sample_std_dev`` to ``metrics`` for each k from 2: the mean, over
+    the tasks with two or more of their first k scores, of those scores' sample standard deviation (the
+    spread within a task, beside ``std_dev_across_runs``, the spread between runs)."""
+    for k in range(2, max_k + 1):
+        for name in score_names:
+            spreads = [statistics.stdev(values) for task_scores in all_score_dicts if len(values := [named[name] for named in task_scores[:k] if name in named]) >= 2]
+            if spreads:
+                metrics[f"pass@1[avg-of-{k}]/{name}/avg_sample_std_dev"] = statistics.fmean(spreads)
+
+
 def compute_subset_metrics(
     tasks: Tasks,
     subset_key: str,

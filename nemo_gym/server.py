@@ -6,6 +6,7 @@ import contextlib
 import functools
 import gc
 import os
+import secrets
 from collections.abc import AsyncIterator
 from types import ModuleType
 from typing import Any, ClassVar
@@ -14,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, PrivateAttr
+from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp
 
@@ -42,6 +44,10 @@ from nemo_gym.session_token import token_serializer
 from nemo_gym.sessions import SessionIdMiddleware, session_cookie_name
 from nemo_gym.signing_secret import session_secret
 from nemo_gym.strict_json import StrictJSONRoute
+
+
+# The middlewares that give a request its session, outermost first.
+SESSION_LAYER = (SessionMiddleware, SessionIdMiddleware)
 
 
 class SimpleServer(BaseModel):
@@ -143,6 +149,9 @@ class SimpleServer(BaseModel):
 
     @functools.cached_property
     def secret(self) -> str:
+        if not self.name and self.config.session_secret is None:
+            # No instance to share a secret with (upstream's tests build servers named ""): this object's own.
+            return secrets.token_urlsafe(32)
         return session_secret(self.name, self.config.session_secret)
 
     @property
@@ -156,11 +165,18 @@ class SimpleServer(BaseModel):
         return gym_config.parse(data, check_ports=False)
 
     def setup_webserver(self) -> FastAPI:
-        """Make the app and register routes. Subclasses call ``super()`` and add theirs."""
-        app = FastAPI(title=self.name, lifespan=self.lifespan)
+        """Make the app and register routes. Subclasses call ``super()`` and add theirs.
+
+        The app has its sessions already, as upstream's does, so a test can serve it alone; ``build_app``
+        keeps them its outermost layer, outside whatever the subclass adds.
+        """
+        # An empty instance name (upstream's tests use one) would be an OpenAPI document without a title.
+        app = FastAPI(title=self.name or type(self).__name__, lifespan=self.lifespan)
         app.router.route_class = StrictJSONRoute
         app.get("/")(self.liveness)
         app.add_exception_handler(Exception, self.unhandled_error)
+        app.add_middleware(SessionIdMiddleware, owner=self._worker_id)
+        app.add_middleware(SessionMiddleware, **self.session_options)
         return app
 
     @property
@@ -187,13 +203,14 @@ class SimpleServer(BaseModel):
             # Unrouted workers too tell the launcher, by their life name, that they serve.
             self._socket_dir = socket_dir or os.environ.get(SOCKET_DIR_ENV) or None
         app = self.setup_webserver()
-        app.add_middleware(ServerErrorsAsJson)
         states = self.session_states() if self._worker_id is not None and self.config.durable_sessions else None
         durable = self._durable = None if states is None else DurableSessions(SessionStore(store_path(self.name)), states, self._worker_id)
+        # Inside the sessions: the durable write-through, then the errors answered as JSON.
+        inner = [Middleware(ServerErrorsAsJson)]
         if durable is not None:
-            app.add_middleware(WriteThrough, sessions=durable, end_paths=self.session_end_paths, tokens=token_serializer(self.secret))
-        app.add_middleware(SessionIdMiddleware, owner=self._worker_id)
-        app.add_middleware(SessionMiddleware, **self.session_options)
+            inner.insert(0, Middleware(WriteThrough, sessions=durable, end_paths=self.session_end_paths, tokens=token_serializer(self.secret)))
+        sessions = [layer for layer in app.user_middleware if layer.cls in SESSION_LAYER]
+        app.user_middleware = [*sessions, *inner, *(layer for layer in app.user_middleware if layer.cls not in SESSION_LAYER)]
         local = CancelOnDisconnect(app)
         if self._worker_id is None:
             return BodyLimit(local, self.config.max_body_bytes)

@@ -11,6 +11,7 @@ worker goes on a connection to that worker (``nemo_gym.owner_pool``), so it need
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -21,7 +22,7 @@ from omegaconf import DictConfig
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.config_types import BaseServerConfig
+from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT, BaseServerConfig
 from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
 from nemo_gym.owner_pool import OwnerPool, read_in_full
 from nemo_gym.sessions import session_cookie_name
@@ -29,12 +30,14 @@ from nemo_gym.sessions import session_cookie_name
 __all__ = [
     "SESSION_ID_KEY",
     "ServerClient",
+    "apply_rollout_prefix",
     "get_first_server_config_dict",
     "get_response_json",
     "get_server_url",
     "is_nemo_gym_fastapi_entrypoint",
     "raise_for_status",
     "request",
+    "rollout_path_prefix",
 ]
 
 MAX_NUM_TRIES = 3
@@ -143,16 +146,35 @@ async def request(method: str, url: str, _internal: bool = False, **kwargs: Any)
 
 
 async def raise_for_status(response: aiohttp.ClientResponse) -> None:
-    """An error status raises ``aiohttp.ClientResponseError`` whose message is the reply's body."""
-    if response.status >= 400:
-        text = (await response.read()).decode("utf-8", errors="replace")
-        raise aiohttp.ClientResponseError(
-            response.request_info, response.history, status=response.status, message=text, headers=response.headers
-        )
+    """A reply that is not ``ok`` raises its own ``raise_for_status()`` error, the body attached as ``response_content``.
+
+    Upstream's check: only ``ok``, ``read()`` and ``raise_for_status()`` are used, so a stand-in reply works too.
+    """
+    if response.ok:
+        return
+    content = await response.read()
+    try:
+        response.raise_for_status()
+    except aiohttp.ClientResponseError as error:
+        error.response_content = content
+        raise
 
 
 async def get_response_json(response: aiohttp.ClientResponse) -> Any:
-    return await response.json(content_type=None)
+    """The reply's body as JSON, whatever its content type (upstream's: only ``read()`` is used)."""
+    return json.loads(await response.read())
+
+
+def rollout_path_prefix(rollout_id: str | None, *, token_capture: bool = False) -> str:
+    """``/ng-rollout/<id>`` (``/training-token-capture`` after it for a capture), or "" with no rollout id."""
+    if not rollout_id:
+        return ""
+    return f"/{ROLLOUT_PATH_PREFIX}/{rollout_id}" + (f"/{TOKEN_CAPTURE_PATH_SEGMENT}" if token_capture else "")
+
+
+def apply_rollout_prefix(base_url: str, rollout_id: str | None, *, token_capture: bool = False) -> str:
+    """A model server's root URL with the rollout's prefix after it."""
+    return base_url.rstrip("/") + rollout_path_prefix(rollout_id, token_capture=token_capture) if rollout_id else base_url
 
 
 def get_server_url(server_name: str) -> str:

@@ -87,7 +87,7 @@ class ScriptedBackend(SimpleServer):
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}
         choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}
         completion = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time())}
-        return NeMoGymChatCompletion.model_validate({**completion, "model": body.model, "choices": [choice], "usage": usage})
+        return NeMoGymChatCompletion.model_validate({**completion, "model": body.model or self.config.name, "choices": [choice], "usage": usage})
 
 
 # The fixed version of each swe_rebench task's buggy file, keyed by the file the task names.

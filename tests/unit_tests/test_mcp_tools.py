@@ -388,3 +388,9 @@ async def test_uvicorn_refuses_to_start_a_server_with_a_route_that_cannot_be_a_t
     assert exited.value.code == 3  # uvicorn's start-up failure, which also stops a multi-worker parent
     assert not uv.started
     assert "POST /lookup/{key} cannot be served as an MCP tool" in caplog.text
+
+
+def test_upstreams_mcp_names_are_the_seed_session_key_and_the_token_header():
+    from nemo_gym.base_resources_server import NEMO_GYM_MCP_METADATA_KEY, NEMO_GYM_MCP_SESSION_TOKEN_HEADER
+
+    assert (NEMO_GYM_MCP_METADATA_KEY, NEMO_GYM_MCP_SESSION_TOKEN_HEADER) == ("mcp", TOKEN_HEADER)

@@ -9,16 +9,31 @@ from pydantic import ValidationError
 
 from nemo_gym.base_responses_api_agent import BaseRunRequest
 from nemo_gym.openai_utils import (
+    REQUIRED_TOKEN_METADATA_FIELDS,
+    TOKEN_METADATA_FIELDS,
+    NeMoGymChatCompletion,
+    NeMoGymChatCompletionCreateParamsNonStreaming,
+    NeMoGymChatCompletionMessageForTraining,
     NeMoGymEasyInputMessage,
+    NeMoGymEasyInputMessageForTraining,
     NeMoGymFunctionCallOutput,
+    NeMoGymMessage,
     NeMoGymResponse,
     NeMoGymResponseCreateParams,
     NeMoGymResponseCreateParamsNonStreaming,
     NeMoGymResponseFunctionToolCall,
+    NeMoGymResponseFunctionToolCallForTraining,
     NeMoGymResponseInputImage,
+    NeMoGymResponseInputTokensDetails,
     NeMoGymResponseOutputMessage,
+    NeMoGymResponseOutputMessageForTraining,
+    NeMoGymResponseOutputRefusal,
     NeMoGymResponseOutputText,
+    NeMoGymResponseOutputTokensDetails,
     NeMoGymResponseReasoningItem,
+    NeMoGymResponseReasoningItemForTraining,
+    NeMoGymResponseUsage,
+    NeMoGymSummary,
     accumulate_response_usage,
     new_response,
     response_usage,
@@ -215,3 +230,85 @@ def test_usage_of_several_calls_adds_up_and_none_counts_as_nothing():
     assert (total.input_tokens_details.cached_tokens, total.output_tokens_details.reasoning_tokens) == (1, 2)
     assert accumulate_response_usage(None, None) is None
 
+
+
+TOKENS = {"prompt_token_ids": [1, 2], "generation_token_ids": [3], "generation_log_probs": [-0.5]}
+
+
+@pytest.mark.parametrize(
+    "item, training_class",
+    [
+        ({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "4"}]}, NeMoGymResponseOutputMessageForTraining),
+        ({"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}, NeMoGymResponseFunctionToolCallForTraining),
+        ({"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "think"}]}, NeMoGymResponseReasoningItemForTraining),
+    ],
+)
+def test_an_output_item_with_token_ids_is_its_for_training_class_and_keeps_them_through_a_dump(item, training_class):
+    response = new_response(output=[{**item, **TOKENS, "routed_experts": "nrlre1:opaque"}])
+    (read,) = NeMoGymResponse.model_validate(response.model_dump(mode="json")).output
+    assert type(read) is training_class
+    assert read.model_dump(include=set(TOKENS) | {"routed_experts"}) == {**TOKENS, "routed_experts": "nrlre1:opaque"}
+
+
+def test_an_input_message_with_token_ids_is_an_easy_input_message_for_training():
+    params = NeMoGymResponseCreateParamsNonStreaming(input=[{"role": "user", "content": "hi", **TOKENS}])
+    assert type(params.input[0]) is NeMoGymEasyInputMessageForTraining
+
+
+def test_token_metadata_missing_a_required_field_is_refused_naming_it():
+    item = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", "prompt_token_ids": [1]}
+    with pytest.raises(ValidationError, match="generation_token_ids"):
+        new_response(output=[item])
+    assert REQUIRED_TOKEN_METADATA_FIELDS | {"routed_experts"} == TOKEN_METADATA_FIELDS == {*TOKENS, "routed_experts"}
+
+
+def test_an_item_without_token_ids_stays_its_plain_class():
+    (read,) = new_response(output=[{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}]).output
+    assert type(read) is NeMoGymResponseFunctionToolCall
+
+
+def test_a_chat_completion_message_with_token_ids_is_the_for_training_message():
+    choice = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "4", **TOKENS}}
+    completion = NeMoGymChatCompletion.model_validate({"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]})
+    assert type(completion.choices[0].message) is NeMoGymChatCompletionMessageForTraining
+    assert completion.model_dump()["choices"][0]["message"]["generation_log_probs"] == [-0.5]
+
+
+def test_usage_written_as_upstream_writes_it_validates_and_a_count_nobody_took_stays_unknown():
+    known = NeMoGymResponseUsage(
+        input_tokens=3,
+        input_tokens_details=NeMoGymResponseInputTokensDetails(cached_tokens=1),
+        output_tokens=4,
+        output_tokens_details=NeMoGymResponseOutputTokensDetails(reasoning_tokens=2),
+        total_tokens=7,
+    )
+    unknown = response_usage(10, 2, cached_tokens=None, reasoning_tokens=5)
+    total = NeMoGymResponseUsage.sum_from_list([known, unknown])
+    assert (total.input_tokens, total.output_tokens, total.total_tokens) == (13, 6, 19)
+    assert (total.input_tokens_details.cached_tokens, total.output_tokens_details.reasoning_tokens) == (None, 7)
+    assert Response.model_validate(new_response(usage=known).model_dump()).usage.input_tokens_details.cache_write_tokens == 0
+
+
+def test_sum_from_list_of_nothing_is_zero_usage():
+    assert NeMoGymResponseUsage.sum_from_list([]) == response_usage(0, 0)
+
+
+def test_a_refusal_and_a_summary_need_no_type_and_a_message_given_as_parts_is_completed():
+    message = NeMoGymResponseOutputMessage(content=[NeMoGymResponseOutputRefusal(refusal="no")])
+    assert message.model_dump()["content"][0] == {"refusal": "no", "type": "refusal"}
+    assert NeMoGymSummary(text="thought").type == "summary_text"
+    given = NeMoGymMessage(role="system", content=[{"type": "input_text", "text": "be brief"}])
+    assert (given.status, given.type) == ("completed", "message")
+
+
+def test_a_chat_completion_request_may_leave_the_model_to_the_backend():
+    request = NeMoGymChatCompletionCreateParamsNonStreaming.model_validate({"messages": [{"role": "user", "content": "hi"}]})
+    assert request.model is None and "model" not in request.model_dump(exclude_unset=True)
+
+
+def test_a_response_whose_output_carries_the_conversations_given_messages_validates_as_upstreams_agents_build_it():
+    given = NeMoGymEasyInputMessage(role="user", content="2+2?")
+    said = {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "4"}]}
+    response = new_response(output=[given, {"role": "system", "content": "be brief", "type": "message"}, said])
+    assert [type(item) for item in response.output] == [NeMoGymEasyInputMessage, NeMoGymEasyInputMessage, NeMoGymResponseOutputMessage]
+    assert NeMoGymResponse.model_validate(response.model_dump()).output[0] == given

@@ -10,7 +10,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import SimpleResourcesServer
 from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent
 from nemo_gym.client import ServerClient
-from nemo_gym.reward_profile import compute_pass_majority_metrics, compute_subset_metrics, highest_k_metrics
+from nemo_gym.reward_profile import add_avg_sample_std_dev, compute_pass_majority_metrics, compute_subset_metrics, highest_k_metrics
 from tests.unit_tests.in_process_server import serving
 
 ROWS = [
@@ -98,3 +98,19 @@ def test_highest_k_metrics_keeps_the_largest_k_and_leaves_out_spread_statistics(
     assert highest_k_metrics(agent_metrics, "pass@{k}") == {"pass@4/accuracy": 90.0, "pass@4/no_answer": 1.0}
     assert highest_k_metrics(agent_metrics, "pass@{k}", exclude_names=["no_answer"]) == {"pass@4/accuracy": 90.0}
     assert highest_k_metrics(agent_metrics, "pass@1[avg-of-{k}]") == {}
+
+
+def test_avg_sample_std_dev_is_the_mean_within_task_spread_of_the_first_k_scores():
+    tasks = [[{"reward": 1.0}, {"reward": 0.0}, {"reward": 1.0}], [{"reward": 1.0}, {"reward": 1.0}], [{"reward": 0.0}]]
+    metrics, scores, names, max_k = compute_pass_majority_metrics(tasks)
+    add_avg_sample_std_dev(metrics, scores, names, max_k)
+    # k=2: task one's (1, 0) spreads by sqrt(0.5), task two's (1, 1) by 0; task three has one score.
+    assert metrics["pass@1[avg-of-2]/accuracy/avg_sample_std_dev"] == pytest.approx((0.5**0.5 + 0.0) / 2)
+    assert metrics["pass@1[avg-of-3]/accuracy/avg_sample_std_dev"] == pytest.approx((1 / 3) ** 0.5 / 2)
+    assert "pass@1[avg-of-1]/accuracy/avg_sample_std_dev" not in metrics
+
+
+def test_avg_sample_std_dev_adds_nothing_for_one_rollout_per_task():
+    metrics: dict = {}
+    add_avg_sample_std_dev(metrics, [[{"accuracy": 1.0}]], ["accuracy"], 1)
+    assert metrics == {}

@@ -8,8 +8,10 @@ import types
 from typing import Any, Dict
 
 import aiohttp
+import httpx
 import pytest
 from fastapi import FastAPI, Request
+from omegaconf import OmegaConf
 from pydantic import BaseModel, Field, ValidationError
 
 from nemo_gym import SESSION_ID_KEY
@@ -20,6 +22,7 @@ from nemo_gym.config import Instance, free_port
 from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV, get_global_config_dict
 from nemo_gym.server import SimpleServer, find_server_class
 from nemo_gym.server_utils import WORKER_ENV
+from nemo_gym.server_utils import ServerClient as UpstreamServerClient
 from tests.unit_tests.in_process_server import serving
 
 NAME = "probe"
@@ -255,3 +258,27 @@ def test_run_webserver_in_a_launcher_worker_returns_the_app_unserved(monkeypatch
     while not isinstance(app, FastAPI):  # inside the body limit and cancel on disconnect
         app = app.app
     assert {"/increment", "/verify", "/reverify_mode"} <= {route.path for route in app.routes}
+
+
+def unnamed_probe() -> ProbeServer:
+    """A server built the way upstream's tests build one: an empty instance name, no launcher."""
+    config = BaseResourcesServerConfig(host="127.0.0.1", port=0, entrypoint="", name="")
+    return ProbeServer(config=config, server_client=UpstreamServerClient(global_config_dict=OmegaConf.create({})))
+
+
+@pytest.mark.anyio
+async def test_setup_webserver_alone_gives_every_request_a_session_kept_by_its_cookie():
+    async with serving(ProbeServer.for_instance(NAME, probe_instances()).setup_webserver()) as url:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:  # aiohttp's own jar (unsafe: an IP host)
+            first = await (await session.get(f"{url}/whoami")).json()
+            again = await (await session.get(f"{url}/whoami")).json()
+    assert first["session_id"] and again == first
+
+
+@pytest.mark.anyio
+async def test_a_server_with_an_empty_instance_name_serves_its_openapi_and_keeps_sessions():
+    async with serving(unnamed_probe().setup_webserver()) as url, httpx.AsyncClient(base_url=url) as client:
+        assert (await client.get("/openapi.json")).json()["info"]["title"] == "ProbeServer"
+        first = (await client.get("/whoami")).json()
+        assert (await client.get("/whoami")).json() == first
+

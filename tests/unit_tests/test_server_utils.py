@@ -6,7 +6,9 @@ import asyncio
 
 import aiohttp
 import pytest
+import yarl
 from fastapi import FastAPI, HTTPException, Request, Response
+from multidict import CIMultiDict, CIMultiDictProxy
 from omegaconf import OmegaConf
 from pydantic import BaseModel
 
@@ -16,9 +18,11 @@ from nemo_gym.server_utils import (
     ENTRYPOINT_ENV,
     WORKER_ENV,
     ServerClient,
+    apply_rollout_prefix,
     get_response_json,
     is_nemo_gym_fastapi_entrypoint,
     raise_for_status,
+    rollout_path_prefix,
 )
 from tests.unit_tests.in_process_server import serving
 from tests.unit_tests.routing_workers import signed_session
@@ -72,11 +76,34 @@ async def test_a_pydantic_body_is_sent_with_only_the_fields_that_were_set(client
 
 
 @pytest.mark.anyio
-async def test_raise_for_status_raises_with_the_replys_body(client):
+async def test_raise_for_status_raises_the_replys_own_error_with_its_body_as_response_content(client):
     response = await client.get("echo", "/teapot")
     with pytest.raises(aiohttp.ClientResponseError) as raised:
         await raise_for_status(response)
-    assert raised.value.status == 418 and "short and stout" in raised.value.message
+    assert (raised.value.status, raised.value.message) == (418, "I'm a Teapot")
+    assert b"short and stout" in raised.value.response_content
+
+
+class StandInReply:
+    """A reply as upstream's tests mock one: ``ok``, ``read()`` and its own ``raise_for_status()``, no ``status``."""
+
+    def __init__(self, ok: bool) -> None:
+        self.ok = ok
+
+    async def read(self) -> bytes:
+        return b"rate limited"
+
+    def raise_for_status(self) -> None:
+        url = yarl.URL("http://judge/v1/responses")
+        raise aiohttp.ClientResponseError(aiohttp.RequestInfo(url, "POST", CIMultiDictProxy(CIMultiDict()), url), (), status=429, message="Too Many Requests")
+
+
+@pytest.mark.anyio
+async def test_raise_for_status_judges_a_reply_by_its_ok_alone():
+    await raise_for_status(StandInReply(ok=True))
+    with pytest.raises(aiohttp.ClientResponseError, match="429") as raised:
+        await raise_for_status(StandInReply(ok=False))
+    assert raised.value.response_content == b"rate limited"
 
 
 @pytest.mark.anyio
@@ -115,3 +142,23 @@ def test_is_nemo_gym_fastapi_entrypoint_only_in_a_launcher_worker_for_that_file(
     monkeypatch.setenv(ENTRYPOINT_ENV, "resources_servers/counter/app.py")
     assert is_nemo_gym_fastapi_entrypoint(str(app_py))
     assert not is_nemo_gym_fastapi_entrypoint(str(tmp_path / "resources_servers" / "other" / "app.py"))
+
+
+def test_a_rollouts_path_prefix_and_its_model_url():
+    assert rollout_path_prefix("3-1") == "/ng-rollout/3-1"
+    assert rollout_path_prefix("3-1", token_capture=True) == "/ng-rollout/3-1/training-token-capture"
+    assert rollout_path_prefix(None) == ""
+    assert apply_rollout_prefix("http://model:8000/", "3-1") == "http://model:8000/ng-rollout/3-1"
+    assert apply_rollout_prefix("http://model:8000/", None) == "http://model:8000/"
+
+
+class StandInBody:
+    """A reply as upstream's tests mock one for ``get_response_json``: ``read()`` alone."""
+
+    async def read(self) -> bytes:
+        return b'{"verdict": "[[A]]"}'
+
+
+@pytest.mark.anyio
+async def test_get_response_json_parses_what_read_returns_so_a_stand_in_reply_works():
+    assert await get_response_json(StandInBody()) == {"verdict": "[[A]]"}

@@ -92,3 +92,9 @@ async def test_a_request_without_messages_is_refused_with_400(backend):
     reply = await backend.post(BACKEND, "/v1/chat/completions", json={"model": "scripted", "messages": []})
     assert reply.status == 400
     assert reply.body == {"detail": "messages must not be empty"}
+
+
+@pytest.mark.anyio
+async def test_a_request_without_a_model_is_answered_by_the_backends_own_name(backend):
+    reply = await backend.post(BACKEND, "/v1/chat/completions", json={"messages": [user("Write me a poem about otters.")]})
+    assert (reply.status, reply.body["model"]) == (200, BACKEND)

@@ -1,0 +1,34 @@
+"""Sandboxes under upstream NeMo Gym's names: ``AsyncSandbox`` on a provider; here the ``local`` provider runs, the others say they cannot."""
+
+from nemo_gym.sandbox.api import AsyncSandbox
+from nemo_gym.sandbox.local import LocalProcessProvider
+from nemo_gym.sandbox.registry import create_provider, get_provider_class, list_providers, register_provider
+from nemo_gym.sandbox.types import (
+    ExecResult,
+    SandboxCreateError,
+    SandboxExecResult,
+    SandboxHandle,
+    SandboxProvider,
+    SandboxProviderUnavailable,
+    SandboxResources,
+    SandboxSpec,
+    SandboxStatus,
+)
+
+__all__ = [
+    "AsyncSandbox",
+    "ExecResult",
+    "LocalProcessProvider",
+    "SandboxCreateError",
+    "SandboxExecResult",
+    "SandboxHandle",
+    "SandboxProvider",
+    "SandboxProviderUnavailable",
+    "SandboxResources",
+    "SandboxSpec",
+    "SandboxStatus",
+    "create_provider",
+    "get_provider_class",
+    "list_providers",
+    "register_provider",
+]

@@ -1,0 +1,98 @@
+"""Every upstream NeMo Gym name this project added, importable from upstream's own module path."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+UPSTREAM_NAMES = {
+    "nemo_gym": ["ROOT_DIR", "PARENT_DIR", "WORKING_DIR", "CACHE_DIR", "RESULTS_DIR", "NeMoGymAsyncOpenAI", "NeMoGymChatCompletion", "NeMoGymResponse"],
+    "nemo_gym.judge": ["JudgeError", "call_judge", "reraise_judge_errors", "judge_failsafe"],
+    "nemo_gym.openai_utils": [
+        "NeMoGymAsyncOpenAI",
+        "RATE_LIMIT_ERROR_CODES",
+        "RETRY_ERROR_CODES",
+        "REQUIRED_TOKEN_METADATA_FIELDS",
+        "TOKEN_METADATA_FIELDS",
+        "TokenIDLogProbMixin",
+        "NeMoGymSummary",
+        "NeMoGymMessage",
+        "NeMoGymResponseUsage",
+        "NeMoGymResponseInputTokensDetails",
+        "NeMoGymResponseOutputTokensDetails",
+        "NeMoGymResponseOutputRefusal",
+        "NeMoGymResponseInputText",
+        "NeMoGymFunctionToolParam",
+        "NeMoGymEasyInputMessageForTraining",
+        "NeMoGymMessageForTraining",
+        "NeMoGymResponseOutputMessageForTraining",
+        "NeMoGymResponseFunctionToolCallForTraining",
+        "NeMoGymResponseReasoningItemForTraining",
+        "NeMoGymChatCompletionMessageForTraining",
+        "NeMoGymChatCompletionMessageParam",
+        "NeMoGymChatCompletionUserMessageParam",
+        "NeMoGymChatCompletionSystemMessageParam",
+        "NeMoGymChatCompletionDeveloperMessageParam",
+        "NeMoGymChatCompletionToolMessageParam",
+        "NeMoGymChatCompletionAssistantMessageParam",
+        "NeMoGymChatCompletionAssistantMessageForTrainingParam",
+        "NeMoGymChatCompletionContentPartTextParam",
+        "NeMoGymChatCompletionMessageToolCallParam",
+        "NeMoGymChatCompletionMessageToolCallFunctionParam",
+        "NeMoGymChatCompletionMessageToolCall",
+        "NeMoGymFunction",
+    ],
+    "nemo_gym.prompt": ["PromptConfig", "load_prompt_config", "fill_prompt", "validate_prompt_compatibility", "apply_prompt_to_row", "materialize_prompts"],
+    "nemo_gym.rollout_correlation": ["RolloutContextMiddleware", "ROLLOUT_ID_PATTERN", "current_rollout_id", "rollout_context", "maybe_rollout_id_from_run_body"],
+    "nemo_gym.global_config": [
+        "ATTEMPT_INDEX_KEY_NAME",
+        "ROLLOUT_ID_KEY_NAME",
+        "SKILLS_REF_KEY_NAME",
+        "RESPONSES_CREATE_PARAMS_KEY_NAME",
+        "RESPONSE_KEY_NAME",
+        "HF_TOKEN_KEY_NAME",
+        "DISALLOWED_PORTS_KEY_NAME",
+        "CACHE_DIR_KEY_NAME",
+        "RESULTS_DIR_KEY_NAME",
+        "POLICY_BASE_URL_KEY_NAME",
+        "POLICY_API_KEY_KEY_NAME",
+        "POLICY_MODEL_NAME_KEY_NAME",
+        "get_hf_token",
+        "maybe_get_global_config_dict",
+    ],
+    "nemo_gym.server_utils": ["rollout_path_prefix", "apply_rollout_prefix"],
+    "nemo_gym.reward_profile": ["add_avg_sample_std_dev"],
+    "nemo_gym.base_resources_server": ["NEMO_GYM_MCP_METADATA_KEY", "NEMO_GYM_MCP_SESSION_TOKEN_HEADER"],
+    "nemo_gym.sandbox": [
+        "AsyncSandbox",
+        "ExecResult",
+        "SandboxCreateError",
+        "SandboxExecResult",
+        "SandboxHandle",
+        "SandboxProvider",
+        "SandboxResources",
+        "SandboxSpec",
+        "SandboxStatus",
+        "create_provider",
+        "get_provider_class",
+        "list_providers",
+        "register_provider",
+    ],
+}
+
+
+@pytest.mark.parametrize("module, names", UPSTREAM_NAMES.items(), ids=list(UPSTREAM_NAMES))
+def test_each_upstream_name_imports_from_upstreams_module_path(module, names):
+    imported = importlib.import_module(module)
+    assert [name for name in names if not hasattr(imported, name)] == []
+
+
+@pytest.mark.parametrize("module", UPSTREAM_NAMES)
+def test_each_upstream_module_imports_alone_in_a_fresh_interpreter(module):
+    names = ", ".join(name for name in UPSTREAM_NAMES[module])
+    code = f"from {module} import {names}"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
