@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import aiohttp
 import pytest
 from fastapi import FastAPI, HTTPException, Request
 from omegaconf import OmegaConf
