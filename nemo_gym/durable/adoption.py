@@ -8,7 +8,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.store import StoredSession, StoreUnavailable
-from nemo_gym.durable.write_through import store_unavailable
+from nemo_gym.durable.write_through import not_taken_up
 from nemo_gym.routing.forwarder import RETRY_AFTER_SECONDS, Forwarder, lost_session
 from nemo_gym.routing.liveness import is_alive
 from nemo_gym.routing.owner import OwnerReader
@@ -42,12 +42,8 @@ class Adopter:
             try:
                 if self.sessions.adopt(stored):
                     break
-            except StoreUnavailable as error:  # the claim could not commit: the session stays the dead owner's
-                await store_unavailable(error)(scope, receive, send)
-                return
-            except ValueError as error:
-                detail = f"Session {session_id} of dead worker {stored.owner}: its stored state does not load here: {error}"
-                await JSONResponse(status_code=500, content={"detail": detail})(scope, receive, send)
+            except (StoreUnavailable, ValueError) as error:  # not claimed, or not loaded: the dead owner's still
+                await not_taken_up(error, f"Session {session_id} of dead worker {stored.owner}")(scope, receive, send)
                 return
         if stored is None:
             await lost_session(dead_owner)(scope, receive, send)

@@ -26,6 +26,14 @@ def store_unavailable(error: StoreUnavailable) -> JSONResponse:
     )
 
 
+def not_taken_up(error: StoreUnavailable | ValueError, session: str) -> JSONResponse:
+    """The reply for a stored session this worker could not take over: its claim could not commit (503,
+    retry), or its state does not load here (500, naming ``session``)."""
+    if isinstance(error, StoreUnavailable):
+        return store_unavailable(error)
+    return JSONResponse(status_code=500, content={"detail": f"{session}: its stored state does not load here: {error}"})
+
+
 class WriteThrough:
     """Sits inside SessionIdMiddleware, so the session id is known.
 
@@ -57,12 +65,8 @@ class WriteThrough:
         if not self.sessions.holds(session_id):
             try:
                 self.sessions.take_up(session_id)
-            except StoreUnavailable as error:  # its claim could not commit: it stays in the store, unowned
-                await store_unavailable(error)(scope, receive, send)
-                return
-            except ValueError as error:
-                detail = f"Session {session_id}, restored into the store: its stored state does not load here: {error}"
-                await JSONResponse(status_code=500, content={"detail": detail})(scope, receive, send)
+            except (StoreUnavailable, ValueError) as error:  # not claimed, or not loaded: it stays in the store
+                await not_taken_up(error, f"Session {session_id}, restored into the store")(scope, receive, send)
                 return
         if session.get(OWNER_KEY) != self.sessions.owner and self.sessions.holds(session_id):
             session[OWNER_KEY] = self.sessions.owner

@@ -7,14 +7,12 @@ import asyncio
 import json
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import requests
 
-from nemo_gym import config as gym_config
 from nemo_gym.client import cookie_header
 from nemo_gym.input_limits import DEFAULT_MAX_HEADER_BYTES
 from nemo_gym.launcher import Launcher
@@ -40,11 +38,8 @@ BYTE_PAUSE_SECONDS = 0.1
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[Launcher]:
-    instances = gym_config.parse(STACK)
-    gym_config.check_settings(instances)
-    with Launcher(instances, gym_config.free_port()) as launcher:
-        yield launcher
+def stack(start_module_servers) -> Launcher:
+    return start_module_servers(STACK)
 
 
 @pytest.fixture(scope="module")
