@@ -8,8 +8,8 @@ starts, and every error names the file and the key it is about.
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import importlib
 import re
 import socket
 from collections.abc import Iterable
@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from nemo_gym import config_directives, config_files, interpolation
 from nemo_gym.config_files import ConfigError, Sources, instance_kind
-from nemo_gym.server_paths import INSTALL_ROOT, SERVER_TYPES, find_implementation, make_importable, search_roots
+from nemo_gym.server_paths import INSTALL_ROOT, SERVER_TYPES, find_implementation, make_importable, search_roots, server_module_checked
 
 REPO_ROOT = INSTALL_ROOT
 DEFAULT_HOST = "127.0.0.1"
@@ -175,19 +175,20 @@ def check_settings(instances: dict[str, Instance], roots: list[Path] | None = No
         make_importable(instance.directory)
         from nemo_gym.server import find_server_class  # nemo_gym.server imports this module
 
-        try:
-            module = importlib.import_module(instance.module)
-            server_class = find_server_class(module)
-        except (ImportError, LookupError) as error:
-            raise ConfigError(f"{_where(instance, 'entrypoint')}: cannot load a server app from {instance.module}: {error!r}") from error
-        if not Path(module.__file__).resolve().is_relative_to(instance.directory):
-            raise ConfigError(f"{_where(instance)}: {instance.module} was already imported from {module.__file__}, not from {instance.directory}")
-        try:
-            server_class.validate_config(instance.name, instance.settings)
-        except ValidationError as error:
-            problem = error.errors()[0]
-            key = ".".join(str(part) for part in problem["loc"])
-            raise ConfigError(f"{_where(instance, key)}: {problem['msg']}") from None
+        with contextlib.ExitStack() as stack:
+            try:
+                module = stack.enter_context(server_module_checked(instance.module))
+                server_class = find_server_class(module)
+            except (ImportError, LookupError) as error:
+                raise ConfigError(f"{_where(instance, 'entrypoint')}: cannot load a server app from {instance.module}: {error!r}") from error
+            if not Path(module.__file__).resolve().is_relative_to(instance.directory):
+                raise ConfigError(f"{_where(instance)}: {instance.module} was already imported from {module.__file__}, not from {instance.directory}")
+            try:
+                server_class.validate_config(instance.name, instance.settings)
+            except ValidationError as error:
+                problem = error.errors()[0]
+                key = ".".join(str(part) for part in problem["loc"])
+                raise ConfigError(f"{_where(instance, key)}: {problem['msg']}") from None
 
 
 def _where(instance: Instance, key: str | None = None) -> str:

@@ -4,11 +4,11 @@ One worker: uvicorn serves the server's app in this process. Several: uvicorn's 
 spawns the workers, each calling ``worker_app`` to build its app; this process serves no requests.
 A server module needs no module-level ``app``: the app is built from the server class it defines,
 or taken from the ``app`` that upstream's ``is_nemo_gym_fastapi_entrypoint(__file__)`` guard made.
+As upstream, every process imports it with the server's own directory first on ``sys.path``.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
@@ -24,6 +24,7 @@ from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV, WORKER_LOG_DIR
 from nemo_gym.input_limits import InputLimits
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
 from nemo_gym.server import SimpleServer, find_server_class
+from nemo_gym.server_paths import import_server_module
 from nemo_gym.server_utils import ENTRYPOINT_ENV, NUM_WORKERS_ENV, WORKER_ENV
 from nemo_gym.signing_secret import SecretError, session_secret
 
@@ -57,7 +58,7 @@ def write_own_log() -> None:
 def worker_app() -> ASGIApp:
     """The app of one worker: the module's own ``app`` if importing it made one, else built from its server class."""
     write_own_log()
-    module = importlib.import_module(this_instance().module)
+    module = import_server_module(this_instance().module)
     app = getattr(module, "app", None)
     if app is not None:
         return app
@@ -75,7 +76,7 @@ def serve(server_class: type[SimpleServer] | None = None) -> None:
     """Serve the instance the environment names, with as many workers as its config asks for."""
     instance = this_instance()
     if server_class is None:
-        server_class = find_server_class(importlib.import_module(instance.module))
+        server_class = find_server_class(import_server_module(instance.module))
     try:
         session_secret(instance.name, instance.settings.get("session_secret"))
     except SecretError as error:

@@ -6,10 +6,14 @@ The roots, first match wins: ``--search-dir`` flags, ``NEMO_GYM_EXTRA_ROOTS`` (p
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.util
 import os
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
 INSTALL_ROOT = Path(__file__).resolve().parent.parent
@@ -67,3 +71,43 @@ def make_importable(directory: Path) -> None:
     if place in package.__path__:
         package.__path__.remove(place)
     package.__path__.insert(0, place)
+
+
+def server_directory(module_name: str) -> str:
+    """The directory the import system finds a server's ``<server_type>.<implementation>`` package in."""
+    package = ".".join(module_name.split(".")[:2])
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(f"no package {package}", name=package)
+    return os.path.realpath(next(iter(spec.submodule_search_locations)))
+
+
+def import_server_module(module_name: str) -> ModuleType:
+    """Import a server's entrypoint module with the server's own directory first on ``sys.path``, as upstream
+    starts a server, so that its app can import the modules next to it bare (``import util``)."""
+    directory = server_directory(module_name)
+    if directory in sys.path:
+        sys.path.remove(directory)
+    sys.path.insert(0, directory)
+    return importlib.import_module(module_name)
+
+
+@contextlib.contextmanager
+def server_module_checked(module_name: str) -> Iterator[ModuleType]:
+    """``import_server_module`` for a process that only checks the server (and may check others after it):
+    on leaving, the directory is off ``sys.path`` again and its bare modules are forgotten, so that the next
+    server's ``import util`` finds its own."""
+    path_before = list(sys.path)
+    modules_before = set(sys.modules)
+    directory = server_directory(module_name)
+    try:
+        yield import_server_module(module_name)
+    finally:
+        sys.path[:] = path_before
+        for name in set(sys.modules) - modules_before:
+            if "." not in name and _is_inside(getattr(sys.modules[name], "__file__", None), directory):
+                del sys.modules[name]
+
+
+def _is_inside(path: str | None, directory: str) -> bool:
+    return path is not None and Path(os.path.realpath(path)).is_relative_to(directory)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import inspect
 import os
 import signal
@@ -24,7 +23,7 @@ from nemo_gym.presets import environment_trio
 from nemo_gym.redaction import redact
 from nemo_gym.rollouts import read_rows
 from nemo_gym.server import find_server_class
-from nemo_gym.server_paths import EXTRA_ROOTS_ENV, find_implementation, make_importable, search_roots
+from nemo_gym.server_paths import EXTRA_ROOTS_ENV, find_implementation, make_importable, search_roots, server_module_checked
 
 
 def config_layers(args: argparse.Namespace) -> dict[str, Any]:
@@ -115,7 +114,8 @@ def check_example_data(directory: Path, path: str | Path | None = None) -> int:
     make_importable(directory)
     module_name = f"resources_servers.{directory.name}.app"
     try:
-        server_class = find_server_class(importlib.import_module(module_name))
+        with server_module_checked(module_name) as module:
+            server_class = find_server_class(module)
     except (ImportError, LookupError) as error:
         raise ValueError(f"{directory / 'app.py'}: cannot load a server app from {module_name}: {error!r}") from None
     seed_model, verify_model = body_model(server_class.seed_session), body_model(server_class.verify)
