@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nemo_gym.config import DEFAULT_HOST
+from nemo_gym.config_keys import ConfigKeys
 from nemo_gym.input_limits import (
     DEFAULT_BODY_TIMEOUT_SECONDS,
     DEFAULT_HEADER_TIMEOUT_SECONDS,
@@ -46,10 +47,8 @@ class DatasetSource(BaseModel):
     type: Literal["gitlab", "huggingface"]
 
 
-class DatasetConfig(BaseModel):
+class DatasetConfig(ConfigKeys):
     """One entry of an instance's ``datasets`` list."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str
     type: Literal["train", "validation", "example", "benchmark"]
@@ -78,10 +77,9 @@ class CatalogSettings(BaseModel):
     datasets: list[DatasetConfig] = []
 
 
-class BaseServerConfig(BaseModel):
-    """Where a server listens. Subclasses add their settings; an unknown key is a config error (a typo)."""
-
-    model_config = ConfigDict(extra="forbid")
+class BaseServerConfig(ConfigKeys):
+    """Where a server listens. Subclasses add their settings; an unknown key loads with a warning, a near
+    miss of a declared one (a typo) is a config error naming it (nemo_gym/config_keys.py)."""
 
     host: str = DEFAULT_HOST
     port: int
@@ -119,23 +117,17 @@ class BaseRunServerInstanceConfig(BaseRunServerConfig):
     name: str
 
 
-class ModelServerRef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ModelServerRef(ConfigKeys):
     type: Literal["responses_api_models"]
     name: str
 
 
-class ResourcesServerRef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ResourcesServerRef(ConfigKeys):
     type: Literal["resources_servers"]
     name: str
 
 
-class AgentServerRef(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class AgentServerRef(ConfigKeys):
     type: Literal["responses_api_agents"]
     name: str
 

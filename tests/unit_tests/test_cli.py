@@ -166,7 +166,7 @@ def test_env_resolve_checks_settings_as_env_start_does(tmp_path, capsys):
     path = tmp_path / "model.yaml"
     path.write_text(RESOLVE_CONFIG.replace("      description: ???\n", "      timeout_secs: 5\n"))
     assert main(["env", "resolve", "--config", str(path), "+policy_model_name=m1"]) == 2
-    assert f"{path}: policy_model.responses_api_models.vllm_model.timeout_secs: Extra inputs are not permitted" in capsys.readouterr().err
+    assert f"{path}: policy_model.responses_api_models.vllm_model.timeout_secs: not a key of VLLMModelConfig; did you mean 'timeout_seconds'?" in capsys.readouterr().err
 
 
 def test_model_flags_with_a_config_set_upstreams_policy_variables(tmp_path, capsys):
