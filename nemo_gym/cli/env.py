@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import inspect
 import os
 import signal
@@ -134,12 +135,29 @@ def check_example_data(directory: Path, path: str | Path | None = None) -> int:
     return problems
 
 
+def uses_anyio(directory: Path) -> bool:
+    """Whether a server's tests run their async tests with anyio's plugin (this project's do), which
+    pytest-asyncio's auto mode would take over."""
+    return any("pytest.mark.anyio" in path.read_text(errors="replace") for path in directory.rglob("*.py"))
+
+
+def pytest_command(directory: Path) -> list[str]:
+    """Pytest as upstream's ``ng_test`` runs it: in auto mode when pytest-asyncio is installed, unless the
+    server's tests are anyio's."""
+    command = [sys.executable, "-m", "pytest", "-q"]
+    if importlib.util.find_spec("pytest_asyncio") is not None and not uses_anyio(directory):
+        command += ["-o", "asyncio_mode=auto"]
+    return command
+
+
 def test(args: argparse.Namespace) -> int:
-    """Check the example data, then run the server's tests from its root, which is also handed on as a search root."""
+    """Check the example data, then run the server's tests as upstream's ``ng_test`` does: from the server's
+    directory, with it and its root (also handed on as a search root) first on ``PYTHONPATH``."""
     directory = resources_server_directory(args.resources_server, search_roots(args.search_dir))
     problems = check_example_data(directory)
     root = directory.parent.parent
     env = {**os.environ, EXTRA_ROOTS_ENV: os.pathsep.join(filter(None, [str(root), os.environ.get(EXTRA_ROOTS_ENV)]))}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(gym_config.REPO_ROOT), env.get("PYTHONPATH")]))
-    tests = subprocess.run([sys.executable, "-m", "pytest", "-q", str(directory / "tests")], cwd=root, env=env)
+    paths = dict.fromkeys([str(directory), str(root), str(gym_config.REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    tests = subprocess.run(pytest_command(directory), cwd=directory, env=env)
     return 1 if problems or tests.returncode else 0
