@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 
 from nemo_gym.cli import env, eval as eval_cli, sessions
@@ -73,8 +74,17 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def installed_version() -> str:
+    """This package's version as installed (``unknown`` when it runs from a checkout that is not)."""
+    try:
+        return importlib.metadata.version("nemo-gym-multiworker")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gym", description="Run and evaluate Gym environment servers.")
+    parser.add_argument("--version", action="version", version=f"gym {installed_version()}")
     groups = parser.add_subparsers(dest="group", required=True)
 
     env_parser = groups.add_parser("env", help="start or test environments").add_subparsers(dest="command", required=True)

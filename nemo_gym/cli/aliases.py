@@ -1,0 +1,30 @@
+"""Upstream's command names: each ``ng_*`` / ``nemo_gym_*`` console script (``sys.argv[0]``) runs the
+``gym`` command it stands for, with the arguments it was given; one with no ``gym`` command here is an error."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from nemo_gym.cli.main import main as gym_main
+
+# Upstream's alias, its prefix dropped, and the ``gym`` command it runs (upstream's own mapping).
+ALIASES = {
+    "run": ["env", "start"],
+    "test": ["env", "test"],
+    "init_resources_server": ["env", "init"],
+    "collect_rollouts": ["eval", "run", "--no-serve"],
+    "e2e_collect_rollouts": ["eval", "run"],
+    "dump_config": ["env", "resolve"],
+    "help": ["--help"],
+    "version": ["--version"],
+}
+
+
+def main() -> int:
+    alias = Path(sys.argv[0]).name
+    tokens = ALIASES.get(alias.removeprefix("nemo_gym_").removeprefix("ng_"))
+    if tokens is None:
+        print(f"{alias}: no `gym` command here stands for it; see `gym --help`", file=sys.stderr)
+        return 2
+    return gym_main([*tokens, *sys.argv[1:]])

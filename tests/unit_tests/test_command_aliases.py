@@ -1,0 +1,83 @@
+"""Upstream's command names: `ng` is `gym`, and each `ng_*` / `nemo_gym_*` entry point of pyproject.toml
+runs the `gym` command it stands for; `gym --version` prints the installed version."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from nemo_gym.cli.main import main as gym_main
+from nemo_gym.config import free_port
+
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+# Upstream's alias (prefix dropped) and the `gym` command it is here (upstream's own mapping).
+ALIASES = {
+    "run": ["env", "start"],
+    "test": ["env", "test"],
+    "init_resources_server": ["env", "init"],
+    "collect_rollouts": ["eval", "run", "--no-serve"],
+    "e2e_collect_rollouts": ["eval", "run"],
+    "dump_config": ["env", "resolve"],
+    "help": [],
+    "version": [],
+}
+
+
+def scripts() -> dict[str, str]:
+    return tomllib.loads(PYPROJECT.read_text())["project"]["scripts"]
+
+
+def entry_point(name: str):
+    module, attribute = scripts()[name].split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def output_of(function, argv0: str, arguments: list[str], monkeypatch, capsys) -> tuple[object, str]:
+    """What a console script prints and exits with, run as its installed wrapper runs it."""
+    monkeypatch.setattr(sys, "argv", [argv0, *arguments])
+    with pytest.raises(SystemExit) as stop:
+        sys.exit(function())
+    return stop.value.code, capsys.readouterr().out
+
+
+def test_the_entry_point_table_has_ng_and_both_prefixes_of_every_alias():
+    names = set(scripts())
+    assert {"gym", "ng"} <= names
+    assert {f"{prefix}{alias}" for prefix in ("ng_", "nemo_gym_") for alias in ALIASES} <= names
+    assert scripts()["ng"] == scripts()["gym"]
+
+
+@pytest.mark.parametrize("alias", sorted(ALIASES))
+@pytest.mark.parametrize("prefix", ["ng_", "nemo_gym_"])
+def test_each_alias_runs_the_gym_command_it_stands_for(alias, prefix, monkeypatch, capsys):
+    tokens = ALIASES[alias]
+    flag = ["--version"] if alias == "version" else ["--help"]
+    expected = output_of(gym_main, "gym", [*tokens, *flag], monkeypatch, capsys)
+    assert expected[0] == 0
+    assert output_of(entry_point(prefix + alias), prefix + alias, [] if alias in ("help", "version") else flag, monkeypatch, capsys) == expected
+
+
+def test_gym_version_prints_the_installed_version(monkeypatch, capsys):
+    code, out = output_of(gym_main, "gym", ["--version"], monkeypatch, capsys)
+    assert (code, out.strip()) == (0, f"gym {importlib.metadata.version('nemo-gym-multiworker')}")
+
+
+def test_ng_collect_rollouts_uses_running_servers_and_ng_e2e_collect_rollouts_starts_its_own(tmp_path, monkeypatch, capsys):
+    head_url = f"http://127.0.0.1:{free_port()}"
+    (tmp_path / "in.jsonl").write_text('{"responses_create_params": {"input": "hi"}}\n')
+    arguments = ["--input", str(tmp_path / "in.jsonl"), "--output", str(tmp_path / "out.jsonl"), "--head-url", head_url]
+    for alias, message in (("ng_collect_rollouts", f"no Gym head endpoint at {head_url}"), ("ng_e2e_collect_rollouts", "give either --config")):
+        monkeypatch.setattr(sys, "argv", [alias, *arguments])
+        assert entry_point(alias)() == 2
+        assert message in capsys.readouterr().err
+
+
+def test_an_alias_with_no_gym_command_here_is_an_error_naming_it(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/ng_upload_dataset_to_gitlab"])
+    assert entry_point("ng_run")() == 2
+    assert "ng_upload_dataset_to_gitlab: no `gym` command here stands for it" in capsys.readouterr().err
