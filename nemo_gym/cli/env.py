@@ -135,6 +135,17 @@ def check_example_data(directory: Path, path: str | Path | None = None) -> int:
     return problems
 
 
+def server_to_test(args: argparse.Namespace) -> str:
+    """``--resources-server``, or upstream's ``+entrypoint=resources_servers/NAME`` (a directory, from the working directory)."""
+    entrypoints = [value for key, _, value in (item.partition("=") for item in args.overrides) if key.lstrip("+") == "entrypoint"]
+    others = [item for item in args.overrides if item.partition("=")[0].lstrip("+") != "entrypoint"]
+    if others:
+        raise ValueError(f"gym env test takes no config keys but +entrypoint=...; got {' '.join(others)}")
+    if bool(args.resources_server) + len(entrypoints) != 1:
+        raise ValueError("give --resources-server NAME|DIR (or upstream's +entrypoint=resources_servers/NAME), once")
+    return args.resources_server or entrypoints[0]
+
+
 def uses_anyio(directory: Path) -> bool:
     """Whether a server's tests run their async tests with anyio's plugin (this project's do), which
     pytest-asyncio's auto mode would take over."""
@@ -153,7 +164,7 @@ def pytest_command(directory: Path) -> list[str]:
 def test(args: argparse.Namespace) -> int:
     """Check the example data, then run the server's tests as upstream's ``ng_test`` does: from the server's
     directory, with it and its root (also handed on as a search root) first on ``PYTHONPATH``."""
-    directory = resources_server_directory(args.resources_server, search_roots(args.search_dir))
+    directory = resources_server_directory(server_to_test(args), search_roots(args.search_dir))
     problems = check_example_data(directory)
     root = directory.parent.parent
     env = {**os.environ, EXTRA_ROOTS_ENV: os.pathsep.join(filter(None, [str(root), os.environ.get(EXTRA_ROOTS_ENV)]))}

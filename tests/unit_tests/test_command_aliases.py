@@ -81,3 +81,16 @@ def test_an_alias_with_no_gym_command_here_is_an_error_naming_it(monkeypatch, ca
     monkeypatch.setattr(sys, "argv", ["/usr/bin/ng_upload_dataset_to_gitlab"])
     assert entry_point("ng_run")() == 2
     assert "ng_upload_dataset_to_gitlab: no `gym` command here stands for it" in capsys.readouterr().err
+
+
+def test_ng_test_takes_upstreams_entrypoint_override_as_the_server_to_test(tmp_path, monkeypatch, capsys):
+    directory = tmp_path / "resources_servers" / "broken_env"
+    directory.mkdir(parents=True)
+    (directory / "app.py").write_text("import no_such_module_anywhere\n")
+    monkeypatch.chdir(tmp_path)
+    for form in ("+entrypoint=resources_servers/broken_env", "++entrypoint=resources_servers/broken_env"):
+        monkeypatch.setattr(sys, "argv", ["ng_test", form])
+        assert entry_point("ng_test")() == 2
+        assert f"{directory / 'app.py'}: cannot load a server app from resources_servers.broken_env.app" in capsys.readouterr().err
+    assert gym_main(["env", "test"]) == 2
+    assert "give --resources-server NAME|DIR (or upstream's +entrypoint=resources_servers/NAME), once" in capsys.readouterr().err
