@@ -118,8 +118,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self.done:
             return
-        if self.awaiting_head and not self.timed:
-            self.rearm()
         limit = self.limits.max_header_bytes
         while data and not self.transport.is_closing():
             room = limit - self.unbodied_bytes
@@ -133,6 +131,12 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             if self.done:
                 return
             self.unbodied_bytes = 0 if self.reset_in_feed else self.unbodied_bytes + len(piece)
+        # Timed only if what was fed leaves a head or body unfinished: a request that came whole in one
+        # read (the usual case) costs no timer.
+        if not self.timed and (self.head_begun or not self.awaiting_head) and not self.transport.is_closing():
+            received = self.window_bytes
+            self.rearm()
+            self.window_bytes = received  # body bytes that came with the head count in its first window
 
     def handle_websocket_upgrade(self) -> None:
         # From here the connection is the WebSocket protocol's (uvicorn upgrades when a WebSocket
@@ -144,13 +148,14 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.head_begun = True
-        if not self.timed:
-            self.rearm()
 
     def on_headers_complete(self) -> None:
         self.awaiting_head = False
         self.reset_in_feed = True
-        self.rearm()
+        # The body is timed from the end of this read (data_received), if it does not end in it.
+        self.disarm()
+        self.timed = False
+        self.window_bytes = 0
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
