@@ -15,6 +15,10 @@ def session_cookie_name(instance_name: str) -> str:
     return f"{instance_name}_session"
 
 
+# Set in the ASGI scope of a request whose session this middleware has just made (no store can hold it yet).
+NEW_SESSION_SCOPE_KEY = "nemo_gym.new_session"
+
+
 class SessionIdMiddleware:
     """Sits inside SessionMiddleware and makes sure every session has a ``session_id``.
 
@@ -32,7 +36,11 @@ class SessionIdMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             session = scope["session"]
-            session[SESSION_ID_KEY] = session.get(SESSION_ID_KEY) or uuid.uuid4().hex
+            session_id = session.get(SESSION_ID_KEY)
+            if not session_id:
+                session_id = uuid.uuid4().hex
+                scope[NEW_SESSION_SCOPE_KEY] = True
+            session[SESSION_ID_KEY] = session_id  # written back every time, so every reply sets the cookie
             if self.owner is not None and OWNER_KEY not in session:
                 session[OWNER_KEY] = self.owner
         await self.app(scope, receive, send)

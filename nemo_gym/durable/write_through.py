@@ -13,6 +13,7 @@ from nemo_gym.routing.forwarder import RETRY_AFTER_SECONDS
 from nemo_gym.routing.owner import MCP_PATH, TOKEN_HEADER_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.session_token import read_token
+from nemo_gym.sessions import NEW_SESSION_SCOPE_KEY
 
 
 def store_unavailable(error: StoreUnavailable) -> JSONResponse:
@@ -62,7 +63,7 @@ class WriteThrough:
             return
         session = scope["session"]
         session_id = session[SESSION_ID_KEY]
-        if not self.sessions.holds(session_id):
+        if not self.sessions.holds(session_id) and NEW_SESSION_SCOPE_KEY not in scope:
             try:
                 self.sessions.take_up(session_id)
             except (StoreUnavailable, ValueError) as error:  # not claimed, or not loaded: it stays in the store
