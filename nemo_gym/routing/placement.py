@@ -8,8 +8,9 @@ truncated the file). The worker that decides adds one to the chosen worker's cou
 that file's lock), so a burst of new sessions arriving together spreads out instead of all going to
 the same least-loaded worker. No table of sessions is kept anywhere.
 
-A counter that holds no count (cut short, grown, negative, beyond ``MAX_COUNT``; or a file that is
-not a regular one) is never chosen, and its own worker sets it level with the least-loaded again.
+A counter that holds no count (cut short, grown, negative, beyond ``MAX_COUNT``) is set level with
+the least-loaded by the next worker to place a session, its own or a sibling (its own may be given no
+new session for a long while); a counter file replaced by one that is not a regular file is not opened.
 """
 
 from __future__ import annotations
@@ -84,8 +85,17 @@ class SessionCount:
 
     def set(self, value: int) -> None:
         with self.locked():
-            os.pwrite(self.fd, COUNT.pack(value), 0)
-            os.ftruncate(self.fd, COUNT.size)
+            self.write(value)
+
+    def repair(self, value: int) -> None:
+        """Set a counter that holds no count to ``value``; one that holds a count is left as it is."""
+        with self.locked():
+            if self.value is None:
+                self.write(value)
+
+    def write(self, value: int) -> None:
+        os.pwrite(self.fd, COUNT.pack(value), 0)
+        os.ftruncate(self.fd, COUNT.size)
 
     @contextlib.contextmanager
     def locked(self):
@@ -139,8 +149,10 @@ class Placement:
         return {worker: value for worker, value in counts.items() if value is not None}
 
     def level(self) -> int:
-        """Where a counter starts, or restarts: level with the least-loaded sibling."""
-        return min(self.counts().values(), default=0)
+        """Where a counter starts, or restarts: level with the least-loaded worker that holds a count."""
+        counts = list(self.counts().values())
+        own = self.own.value if self.own is not None else None
+        return min(counts + ([own] if own is not None else []), default=0)
 
     def choose(self) -> str | None:
         """Where the next new session starts, counted there at once: a sibling's ID, or None for here."""
@@ -154,11 +166,12 @@ class Placement:
         # While a sibling is missing (starting, or replacing a dead one), look for it at every decision.
         if len(self.siblings) < self.num_workers - 1 or time.monotonic() - self.refreshed > REFRESH_SECONDS:
             self.refresh()
+        level = self.level()
+        for count in (self.own, *self.siblings.values()):
+            count.repair(level)
         counts = self.counts()
         own = self.own.value
-        if own is None:
-            self.own.set(own := self.level())
-        if not counts:
+        if not counts or own is None:
             return None
         least = min(counts, key=counts.__getitem__)
         return least if own - counts[least] > SLACK else None

@@ -72,15 +72,24 @@ def damage_with(kind: str, path: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["truncated", "garbage", "negative", "huge"])
-def test_a_damaged_sibling_counter_is_never_chosen_and_its_worker_sets_it_level_again(workers, kind):
+def test_a_damaged_sibling_counter_is_set_level_with_the_least_loaded_by_the_next_worker_to_place(workers, kind):
     a, b, c = workers
     for _ in range(4):
-        a.own.add(1)  # a has started the most: its next new session goes to a sibling
+        a.own.add(1)  # a has started the most: its next new sessions go to siblings
+    c.own.add(1)
     damage_with(kind, count_path(b.socket_dir, b.worker_id))
     assert b.worker_id not in a.counts()
-    assert [a.choose(), a.choose()] == [c.worker_id, c.worker_id]  # 4 against 0 and 1, never b
-    assert b.choose() is None  # b finds its own counter damaged, sets it level with the least-loaded and keeps the session
-    assert a.counts()[b.worker_id] == min(a.own.value, a.counts()[c.worker_id]) + 1
+    assert {a.choose(), a.choose()} == {b.worker_id, c.worker_id}  # b was set level with c (1), then each took one
+    assert a.counts() == {b.worker_id: 2, c.worker_id: 2}
+
+
+@pytest.mark.parametrize("kind", ["truncated", "garbage", "negative", "huge"])
+def test_a_worker_that_finds_its_own_counter_damaged_sets_it_level_and_keeps_the_session(workers, kind):
+    a, b, c = workers
+    a.own.add(3)
+    damage_with(kind, count_path(b.socket_dir, b.worker_id))
+    assert b.choose() is None
+    assert a.counts()[b.worker_id] == 1  # level with c (0), plus the session it kept
 
 
 @pytest.mark.parametrize("replacement", ["directory", "symlink", "fifo"])
