@@ -17,7 +17,7 @@ if "NEMO_GYM_STATE_DIR" not in os.environ:
     OWN_STATE_DIR = os.environ["NEMO_GYM_STATE_DIR"] = tempfile.mkdtemp(prefix="nemo_gym_test_state_")
 
 from nemo_gym import config as gym_config  # noqa: E402
-from nemo_gym.launcher import Launcher  # noqa: E402
+from nemo_gym.process.launcher import Launcher  # noqa: E402
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

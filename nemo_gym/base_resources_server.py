@@ -17,7 +17,7 @@ from nemo_gym.mcp_tools import MCP_METADATA_KEY, McpToolEndpoint, SeedSessionMcp
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
 from nemo_gym.server import SimpleServer
-from nemo_gym.session_token import TOKEN_HEADER, mint_token, token_serializer
+from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, token_serializer
 
 __all__ = [
     "AggregateMetrics",

@@ -14,14 +14,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nemo_gym.config import DEFAULT_HOST
-from nemo_gym.config_keys import ConfigKeys
-from nemo_gym.input_limits import (
+from nemo_gym.config.keys import ConfigKeys
+from nemo_gym.middleware.input_limits import (
     DEFAULT_BODY_TIMEOUT_SECONDS,
     DEFAULT_HEADER_TIMEOUT_SECONDS,
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MIN_BODY_BYTES_PER_SECOND,
 )
-from nemo_gym.signing_secret import check_length
+from nemo_gym.sessions.secret import check_length
 
 
 class Domain(str, Enum):
@@ -79,7 +79,7 @@ class CatalogSettings(BaseModel):
 
 class BaseServerConfig(ConfigKeys):
     """Where a server listens. Subclasses add their settings; an unknown key loads with a warning, a near
-    miss of a declared one (a typo) is a config error naming it (nemo_gym/config_keys.py)."""
+    miss of a declared one (a typo) is a config error naming it (nemo_gym/config/keys.py)."""
 
     host: str = DEFAULT_HOST
     port: int
@@ -92,7 +92,7 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     # Larger request bodies get 413 before they are read.
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     # A larger request head gets 431; a head slower than this, or a body slower than this rate over
-    # such a window, gets 408 (nemo_gym/input_limits.py, README "Input every server refuses").
+    # such a window, gets 408 (nemo_gym/middleware/input_limits.py, README "Input every server refuses").
     max_header_bytes: int = Field(default=DEFAULT_MAX_HEADER_BYTES, gt=0)
     header_timeout_seconds: float = Field(default=DEFAULT_HEADER_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False)
     body_timeout_seconds: float = Field(default=DEFAULT_BODY_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False)

@@ -46,7 +46,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.session_token import TOKEN_HEADER, read_token
+from nemo_gym.sessions.token import TOKEN_HEADER, read_token
 
 logger = logging.getLogger(__name__)
 

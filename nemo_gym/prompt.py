@@ -15,8 +15,8 @@ from typing import Optional
 import yaml
 from pydantic import BaseModel
 
-from nemo_gym.config_files import find_file
-from nemo_gym.server_paths import search_roots
+from nemo_gym.config.files import find_file
+from nemo_gym.config.paths import search_roots
 
 
 class PromptConfig(BaseModel):

@@ -20,18 +20,18 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp
 
 from nemo_gym import config as gym_config
-from nemo_gym.body_limit import BodyLimit
-from nemo_gym.client import config_of
+from nemo_gym.middleware.body_limit import BodyLimit
+from nemo_gym.client.reading import config_of
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import SessionStore, store_path
 from nemo_gym.durable.write_through import WriteThrough
-from nemo_gym.errors import ServerErrorsAsJson, server_error
+from nemo_gym.middleware.errors import ServerErrorsAsJson, server_error
 from nemo_gym.global_config import INSTANCE_ENV, get_first_server_config_dict, get_global_config_dict
-from nemo_gym.input_limits import InputLimits
-from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
+from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.liveness import LifeName
 from nemo_gym.routing.owner import OwnerReader
@@ -40,10 +40,10 @@ from nemo_gym.routing.private_server import PrivateServer
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, new_worker_id, socket_address
 from nemo_gym.server_utils import WORKER_ENV, ServerClient
-from nemo_gym.session_token import token_serializer
-from nemo_gym.sessions import SessionIdMiddleware, session_cookie_name
-from nemo_gym.signing_secret import session_secret
-from nemo_gym.strict_json import StrictJSONRoute
+from nemo_gym.sessions.token import token_serializer
+from nemo_gym.sessions.cookie import SessionIdMiddleware, session_cookie_name
+from nemo_gym.sessions.secret import session_secret
+from nemo_gym.middleware.strict_json import StrictJSONRoute
 
 
 # The middlewares that give a request its session, outermost first.
@@ -117,7 +117,7 @@ class SimpleServer(BaseModel):
         anywhere else (``python app.py`` with the launcher's environment), serve this instance."""
         if os.environ.get(WORKER_ENV) == "1":
             return cls.from_environment().build_app()
-        from nemo_gym.serve import serve  # nemo_gym.serve imports this module
+        from nemo_gym.process.run import serve  # nemo_gym.process.run imports this module
 
         serve(cls)
         return None

@@ -5,7 +5,7 @@ config by name and return the ``aiohttp.ClientResponse`` itself; ``raise_for_sta
 ``get_response_json`` read it (its body is already read, so the connection is free again). One pooled
 aiohttp session per client, with no cookie jar: callers pass ``cookies=`` explicitly (aiohttp's own
 argument), the way an agent threading many sessions must. A call whose session cookie names an owner
-worker goes on a connection to that worker (``nemo_gym.owner_pool``), so it needs no hop.
+worker goes on a connection to that worker (``nemo_gym.client.owner_pool``), so it needs no hop.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT, BaseServerConfig
 from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
-from nemo_gym.owner_pool import OwnerPool, read_in_full
-from nemo_gym.sessions import session_cookie_name
+from nemo_gym.client.owner_pool import OwnerPool, read_in_full
+from nemo_gym.sessions.cookie import session_cookie_name
 
 __all__ = [
     "SESSION_ID_KEY",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from nemo_gym import config as gym_config
 from nemo_gym.durable.store import SessionStore
-from nemo_gym.launcher import Launcher
+from nemo_gym.process.launcher import Launcher
 from scripts.bench_routing import alternate, counter_episode, median, resource_server
 
 COUNTER = "example_session_state_mgmt"

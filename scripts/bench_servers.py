@@ -5,7 +5,7 @@ shows only the framework's own per-session cost) and whose ``/verify`` burns ``v
 (so a CPU-bound measurement shows how throughput scales with workers). It lives here, not in
 ``resources_servers/``, because it is no environment anyone would train on.
 
-Both commands read the config and instance name from the environment, as ``nemo_gym.serve`` does:
+Both commands read the config and instance name from the environment, as ``nemo_gym.process.run`` does:
 
     python -m scripts.bench_servers serve --module scripts.bench_servers
         uvicorn's own multi-worker supervisor serves the module's server class (``num_workers`` workers).
@@ -37,7 +37,7 @@ from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_sock
 from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
 from nemo_gym.server import SimpleServer, find_server_class
 
-KEEP_ALIVE_SECONDS = 75  # as nemo_gym.serve
+KEEP_ALIVE_SECONDS = 75  # as nemo_gym.process.run
 # The module whose server ``serve`` runs, for its workers (uvicorn starts them by import string).
 MODULE_ENV = "NEMO_GYM_BENCH_MODULE"
 
@@ -74,7 +74,7 @@ def uvicorn_options(host: str, port: int) -> dict:
 
 
 def serve(module: str) -> None:
-    """What ``nemo_gym.serve`` does, for a module outside the server directories."""
+    """What ``nemo_gym.process.run`` does, for a module outside the server directories."""
     os.environ[MODULE_ENV] = module
     instance = instance_from_environment()
     options = uvicorn_options(instance.host, instance.port)

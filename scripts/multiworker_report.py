@@ -20,10 +20,10 @@ import tempfile
 from pathlib import Path
 
 from nemo_gym import config as gym_config
-from nemo_gym.client import ServerClient
-from nemo_gym.launcher import Launcher
-from nemo_gym.presets import agent_name, environment_trio
-from nemo_gym.rollouts import read_rows, run_episodes
+from nemo_gym.client.reading import ServerClient
+from nemo_gym.process.launcher import Launcher
+from nemo_gym.config.presets import agent_name, environment_trio
+from nemo_gym.client.rollouts import read_rows, run_episodes
 from resources_servers.example_session_state_mgmt.episodes import plus_one_plus_two
 from resources_servers.example_session_state_mgmt.mcp_sequences import run_sequences
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS

@@ -18,13 +18,13 @@ from pydantic import ValidationError
 
 from nemo_gym import config as gym_config
 from nemo_gym.cli.scaffold import scaffold
-from nemo_gym.launcher import Launcher
+from nemo_gym.process.launcher import Launcher
 from nemo_gym.openai_utils import new_response
-from nemo_gym.presets import environment_trio
-from nemo_gym.redaction import redact
-from nemo_gym.rollouts import read_rows
+from nemo_gym.config.presets import environment_trio
+from nemo_gym.config.redaction import redact
+from nemo_gym.client.rollouts import read_rows
 from nemo_gym.server import find_server_class
-from nemo_gym.server_paths import EXTRA_ROOTS_ENV, find_implementation, make_importable, search_roots, server_module_checked
+from nemo_gym.config.paths import EXTRA_ROOTS_ENV, find_implementation, make_importable, search_roots, server_module_checked
 
 
 def config_layers(args: argparse.Namespace) -> dict[str, Any]:

@@ -7,11 +7,11 @@ import asyncio
 import json
 
 from nemo_gym.cli.env import instances_from_args
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from nemo_gym.config import Instance, free_port
-from nemo_gym.head import fetch_instances
-from nemo_gym.launcher import Launcher
-from nemo_gym.rollouts import read_rows, run_episodes, write_results
+from nemo_gym.process.head import fetch_instances
+from nemo_gym.process.launcher import Launcher
+from nemo_gym.client.rollouts import read_rows, run_episodes, write_results
 
 
 def pick_agent(instances: dict[str, Instance], requested: str | None) -> str:

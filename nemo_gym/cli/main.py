@@ -9,8 +9,8 @@ import sys
 from nemo_gym.cli import env, eval as eval_cli, sessions
 from nemo_gym.cli.servers import list_servers
 from nemo_gym.config import ConfigError
-from nemo_gym.head import DEFAULT_HEAD_PORT
-from nemo_gym.launcher import LaunchError
+from nemo_gym.process.head import DEFAULT_HEAD_PORT
+from nemo_gym.process.launcher import LaunchError
 
 
 def positive_int(text: str) -> int:

@@ -137,8 +137,8 @@ from __future__ import annotations
 import pytest
 
 from nemo_gym import config as gym_config
-from nemo_gym.client import ServerClient
-from nemo_gym.launcher import Launcher
+from nemo_gym.client.reading import ServerClient
+from nemo_gym.process.launcher import Launcher
 from nemo_gym.openai_utils import new_response
 
 NAME = "{name}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from nemo_gym.server_paths import search_roots, servers_found
+from nemo_gym.config.paths import search_roots, servers_found
 
 
 def list_servers(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from nemo_gym.signing_secret import state_dir
+from nemo_gym.sessions.secret import state_dir
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from nemo_gym.durable.store import SessionStore, StoredSession
 from nemo_gym.routing.worker import is_worker_id
 
-FORMAT = "nemo_gym.sessions/1"
+FORMAT = "nemo_gym.sessions.cookie/1"
 # SQLite's largest integer: a revision above it cannot be stored.
 MAX_REVISION = 2**63 - 1
 

@@ -12,8 +12,8 @@ from nemo_gym.durable.store import StoreUnavailable
 from nemo_gym.routing.forwarder import RETRY_AFTER_SECONDS
 from nemo_gym.routing.owner import MCP_PATH, TOKEN_HEADER_KEY
 from nemo_gym.routing.worker import OWNER_KEY
-from nemo_gym.session_token import read_token
-from nemo_gym.sessions import NEW_SESSION_SCOPE_KEY
+from nemo_gym.sessions.token import read_token
+from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
 
 
 def store_unavailable(error: StoreUnavailable) -> JSONResponse:

@@ -16,8 +16,8 @@ from starlette.requests import cookie_parser
 from starlette.types import Message, Receive, Scope, Send
 
 from nemo_gym.routing.worker import OWNER_KEY
-from nemo_gym.sessions import SessionIdMiddleware
-from nemo_gym.session_token import TOKEN_HEADER, read_token
+from nemo_gym.sessions.cookie import SessionIdMiddleware
+from nemo_gym.sessions.token import TOKEN_HEADER, read_token
 
 MCP_PATH = "/mcp"
 MCP_PREFIX = MCP_PATH + "/"

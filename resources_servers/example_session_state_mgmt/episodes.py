@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nemo_gym.rollouts import read_rows
+from nemo_gym.client.rollouts import read_rows
 
 DATA = Path(__file__).resolve().parent / "data" / "example.jsonl"
 

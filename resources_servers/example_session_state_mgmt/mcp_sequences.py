@@ -14,8 +14,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from nemo_gym.client import ServerClient
-from nemo_gym.session_token import TOKEN_HEADER
+from nemo_gym.client.reading import ServerClient
+from nemo_gym.sessions.token import TOKEN_HEADER
 
 FIRST_START = 100  # not 0: a counter missing on another worker also reads as 0
 

@@ -38,7 +38,7 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.signing_secret import state_dir
+from nemo_gym.sessions.secret import state_dir
 from resources_servers.swe_rebench.cgroups import Cgroups, SandboxCgroup, Usage
 from resources_servers.swe_rebench.grading import MAX_REPORT_BYTES, RUNNER_SOURCE, Orders, judge
 from resources_servers.swe_rebench.jail import Jail, Limits, NoJail

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from nemo_gym.client import ServerClient, ServerReply
+from nemo_gym.client.reading import ServerClient, ServerReply
 
 THINK_SECONDS = 0.05
 

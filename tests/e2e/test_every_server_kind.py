@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from nemo_gym import config as gym_config
-from nemo_gym.launcher import Launcher
+from nemo_gym.process.launcher import Launcher
 
 SECRET = "a-configured-session-secret-nobody-may-see"
 API_KEY = "sk-an-api-key-nobody-may-see"

@@ -1,5 +1,5 @@
 """The limits on request heads and on slow clients, on real processes: the counter at 2 workers, with
-the default head limit and time limits of a second, probed by raw sockets (``nemo_gym/input_limits.py``)."""
+the default head limit and time limits of a second, probed by raw sockets (``nemo_gym/middleware/input_limits.py``)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import httpx
 import pytest
 import requests
 
-from nemo_gym.client import cookie_header
-from nemo_gym.input_limits import DEFAULT_MAX_HEADER_BYTES
-from nemo_gym.launcher import Launcher
+from nemo_gym.client.reading import cookie_header
+from nemo_gym.middleware.input_limits import DEFAULT_MAX_HEADER_BYTES
+from nemo_gym.process.launcher import Launcher
 from nemo_gym.routing.worker import WORKER_HEADER, socket_address
 from tests.e2e.test_every_server_kind import rss_kb, serving_processes
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from nemo_gym import config as gym_config
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from nemo_gym.config import REPO_ROOT
-from nemo_gym.rollouts import run_episodes
+from nemo_gym.client.rollouts import run_episodes
 from resources_servers.example_session_state_mgmt.episodes import plus_one_plus_two
 
 COUNTER = "example_session_state_mgmt"

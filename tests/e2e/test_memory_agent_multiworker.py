@@ -9,9 +9,9 @@ from collections import Counter
 
 import aiohttp
 
-from nemo_gym.client import ServerClient, ServerReply
+from nemo_gym.client.reading import ServerClient, ServerReply
 from nemo_gym.routing.worker import OWNER_KEY
-from nemo_gym.signing_secret import session_secret
+from nemo_gym.sessions.secret import session_secret
 from responses_api_agents.memory_agent.conversations import first_turn, run_conversations, second_turn
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.e2e.test_memory_agent_one_worker import AGENT, CONVERSATIONS, converse, memory_stack

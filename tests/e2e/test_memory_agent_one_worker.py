@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from nemo_gym import config as gym_config
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from nemo_gym.config import REPO_ROOT
 from responses_api_agents.memory_agent.conversations import run_conversations
 

@@ -14,7 +14,7 @@ import openai
 import pytest
 from openai.types.responses import Response
 
-from nemo_gym.launcher import Launcher
+from nemo_gym.process.launcher import Launcher
 
 COUNTER_TOOLS = [
     {

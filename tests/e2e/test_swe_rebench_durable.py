@@ -12,8 +12,8 @@ from pathlib import Path
 
 import aiohttp
 
-from nemo_gym.client import ServerClient
-from nemo_gym.launcher import Launcher
+from nemo_gym.client.reading import ServerClient
+from nemo_gym.process.launcher import Launcher
 from nemo_gym.openai_utils import new_response
 from resources_servers.swe_rebench.tmpfs import mounts_under
 from responses_api_models.scripted_backend.app import swe_rebench_playbook

@@ -11,9 +11,9 @@ from pathlib import Path
 import yaml
 
 from nemo_gym import config as gym_config
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from nemo_gym.config import REPO_ROOT
-from nemo_gym.rollouts import read_rows, run_episodes
+from nemo_gym.client.rollouts import read_rows, run_episodes
 
 SWE = "swe_rebench"
 RELAY = "swe_rebench_legacy_agent"

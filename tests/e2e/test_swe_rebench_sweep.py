@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.launcher import LaunchError
+from nemo_gym.process.launcher import LaunchError
 from resources_servers.swe_rebench.tmpfs import mounts_under
 from tests.e2e.test_swe_rebench_one_worker import SWE, episodes, sandboxes_in
 

@@ -10,8 +10,8 @@ import pytest
 import requests
 
 from nemo_gym import config as gym_config
-from nemo_gym.launcher import Launcher
-from nemo_gym.server_paths import search_roots
+from nemo_gym.process.launcher import Launcher
+from nemo_gym.config.paths import search_roots
 
 ROOT = Path(__file__).resolve().parents[1] / "upstream_style"
 SERVER_DIR = ROOT / "resources_servers" / "upstream_siblings"

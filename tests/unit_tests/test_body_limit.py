@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from nemo_gym.body_limit import BodyLimit
+from nemo_gym.middleware.body_limit import BodyLimit
 from tests.unit_tests.in_process_server import serving
 from tests.unit_tests.routing_workers import Worker, two_workers
 

@@ -12,8 +12,8 @@ from nemo_gym.cli import env as cli_env, eval as cli_eval
 from nemo_gym.cli.env import check_example_data
 from nemo_gym.cli.main import main
 from nemo_gym.config import REPO_ROOT, free_port, load
-from nemo_gym.launcher import LaunchError
-from nemo_gym.server_paths import search_roots
+from nemo_gym.process.launcher import LaunchError
+from nemo_gym.config.paths import search_roots
 
 COUNTER = "example_session_state_mgmt"
 COUNTER_DIR = REPO_ROOT / "resources_servers" / COUNTER

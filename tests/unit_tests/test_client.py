@@ -6,7 +6,7 @@ import pytest
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 
-from nemo_gym.client import ServerClient, cookie_header
+from nemo_gym.client.reading import ServerClient, cookie_header
 from nemo_gym.config import Instance, free_port
 from tests.unit_tests.in_process_server import serving
 

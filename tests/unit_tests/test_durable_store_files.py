@@ -14,7 +14,7 @@ import pytest
 
 from nemo_gym import config as gym_config
 from nemo_gym.durable.store import SessionStore, StoreError
-from nemo_gym.launcher import LaunchError, Launcher
+from nemo_gym.process.launcher import LaunchError, Launcher
 
 
 def garbage(path: Path) -> None:

@@ -22,7 +22,7 @@ import requests
 from fastapi import BackgroundTasks, FastAPI, Request
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.client import cookie_header
+from nemo_gym.client.reading import cookie_header
 from nemo_gym.routing.liveness import LifeName
 from nemo_gym.routing.worker import OWNER_KEY, new_worker_id, socket_address
 from resources_servers.example_session_state_mgmt import standard_clients

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from nemo_gym.config import free_port
 from nemo_gym.config_types import BaseRunServerInstanceConfig
-from nemo_gym.input_limits import InputLimits
+from nemo_gym.middleware.input_limits import InputLimits
 from tests.e2e.test_input_limits import head_of
 
 LIMIT = 1000

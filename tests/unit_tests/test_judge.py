@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from nemo_gym.judge import JudgeError, call_judge, reraise_judge_errors
 from nemo_gym.openai_utils import new_response
 from nemo_gym.server_utils import ServerClient as UpstreamServerClient

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from fastapi import FastAPI, Request
 
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from nemo_gym.config import Instance, free_port
-from nemo_gym.owner_pool import cookie_owner
+from nemo_gym.client.owner_pool import cookie_owner
 from nemo_gym.routing.worker import OWNER_KEY
 from tests.unit_tests.in_process_server import serving
 from tests.unit_tests.routing_workers import signed_session

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nemo_gym import config as gym_config
-from nemo_gym.presets import POLICY_MODEL, SCRIPTED_BACKEND, agent_name, environment_trio
+from nemo_gym.config.presets import POLICY_MODEL, SCRIPTED_BACKEND, agent_name, environment_trio
 
 COUNTER = "example_session_state_mgmt"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nemo_gym.redaction import REDACTED, redact
+from nemo_gym.config.redaction import REDACTED, redact
 
 
 def test_values_of_credential_keys_are_replaced_at_any_depth_whatever_their_case():

@@ -9,7 +9,7 @@ import pytest
 from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import SimpleResourcesServer
 from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from nemo_gym.reward_profile import add_avg_sample_std_dev, compute_pass_majority_metrics, compute_subset_metrics, highest_k_metrics
 from tests.unit_tests.in_process_server import serving
 

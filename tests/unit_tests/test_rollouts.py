@@ -8,9 +8,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from nemo_gym.config import Instance, free_port
-from nemo_gym.rollouts import read_rows, run_episode, run_episodes, write_results
+from nemo_gym.client.rollouts import read_rows, run_episode, run_episodes, write_results
 from tests.unit_tests.in_process_server import serving
 
 ROW = {"responses_create_params": {"input": "hi"}, "task": 1}

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, ValidationError
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import BaseResourcesServerConfig, ReverifyMode, SimpleResourcesServer
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from nemo_gym.config import Instance, free_port
 from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV, get_global_config_dict
 from nemo_gym.server import SimpleServer, find_server_class

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.routing.owner import AmbiguousSession
 from nemo_gym.routing.worker import OWNER_KEY
-from nemo_gym.session_token import TOKEN_HEADER, mint_token, read_token, token_serializer
+from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, read_token, token_serializer
 from tests.unit_tests.routing_workers import McpPathEchoServer, instances, signed_session
 
 NAME = f"reading_{uuid.uuid4().hex[:8]}"

@@ -15,11 +15,11 @@ import httpx
 import pytest
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.client import cookie_header
-from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
+from nemo_gym.client.reading import cookie_header
+from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.liveness import is_alive
 from nemo_gym.routing.worker import OWNER_KEY, socket_address
-from nemo_gym.session_token import TOKEN_HEADER, mint_token, token_serializer
+from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, token_serializer
 from tests.unit_tests.routing_workers import (
     two_workers,
     Caller,

@@ -222,7 +222,7 @@ def test_any_file_restores_whole_or_restores_nothing_with_an_error_naming_a_row(
     refused = any(is_bad(row) for row in sessions) or len(set(ids)) != len(ids)
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "sessions.json"
-        path.write_text(json.dumps({"format": "nemo_gym.sessions/1", "instance": INSTANCE, "count": len(sessions), "sha256": digest(sessions), "sessions": sessions}))
+        path.write_text(json.dumps({"format": "nemo_gym.sessions.cookie/1", "instance": INSTANCE, "count": len(sessions), "sha256": digest(sessions), "sessions": sessions}))
         store = SessionStore(Path(directory) / "store.sqlite3")
         try:
             try:

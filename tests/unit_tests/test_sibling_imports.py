@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from nemo_gym import config as gym_config
-from nemo_gym.server_paths import search_roots
+from nemo_gym.config.paths import search_roots
 
 APP = '''
 from util import KIND

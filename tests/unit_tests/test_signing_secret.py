@@ -9,8 +9,8 @@ import pytest
 
 from nemo_gym import config as gym_config
 from nemo_gym.config import ConfigError
-from nemo_gym.launcher import LaunchError, Launcher
-from nemo_gym.signing_secret import MIN_SECRET_BYTES, SecretError, session_secret
+from nemo_gym.process.launcher import LaunchError, Launcher
+from nemo_gym.sessions.secret import MIN_SECRET_BYTES, SecretError, session_secret
 
 RACERS = 12
 RACES = 10

@@ -7,7 +7,7 @@ import pytest
 from fastapi import FastAPI, Request
 from pydantic import BaseModel
 
-from nemo_gym.strict_json import StrictJSONRoute
+from nemo_gym.middleware.strict_json import StrictJSONRoute
 from tests.unit_tests.in_process_server import serving
 
 pytestmark = pytest.mark.anyio

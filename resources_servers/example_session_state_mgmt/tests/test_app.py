@@ -8,8 +8,8 @@ import pytest
 import requests
 
 from nemo_gym import config as gym_config
-from nemo_gym.client import ServerClient
-from nemo_gym.launcher import Launcher
+from nemo_gym.client.reading import ServerClient
+from nemo_gym.process.launcher import Launcher
 from nemo_gym.openai_utils import new_response
 
 COUNTER = "counter"

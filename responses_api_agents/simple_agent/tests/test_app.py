@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from nemo_gym import config as gym_config
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from nemo_gym.config import free_port
 from nemo_gym.openai_utils import NeMoGymResponseFunctionToolCall
 from resources_servers.example_session_state_mgmt.app import CounterServer

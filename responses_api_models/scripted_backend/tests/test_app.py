@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from nemo_gym.config import REPO_ROOT, Instance, free_port
 from responses_api_models.scripted_backend.app import ScriptedBackend, next_turn
 from tests.unit_tests.in_process_server import serving

@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response as RawResponse
 
 from nemo_gym import config as gym_config
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from nemo_gym.config import ConfigError, Instance, free_port
 from nemo_gym.openai_utils import NeMoGymResponseOutputMessage, NeMoGymResponseOutputText, new_response
 from responses_api_models.vllm_model.app import VLLMModel

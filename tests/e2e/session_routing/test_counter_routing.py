@@ -10,12 +10,12 @@ from pathlib import Path
 
 import aiohttp
 
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from nemo_gym.openai_utils import new_response
-from nemo_gym.presets import agent_name, environment_trio
-from nemo_gym.rollouts import run_episodes
+from nemo_gym.config.presets import agent_name, environment_trio
+from nemo_gym.client.rollouts import run_episodes
 from nemo_gym.routing.worker import OWNER_KEY
-from nemo_gym.signing_secret import session_secret
+from nemo_gym.sessions.secret import session_secret
 from resources_servers.example_session_state_mgmt.episodes import plus_one_plus_two
 from tests.unit_tests.routing_workers import session_of
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.launcher import Launcher
+from nemo_gym.process.launcher import Launcher
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, Post, Reply
 from tests.e2e.session_routing.test_durable_sessions import COUNTER, counter_config, rows
 from tests.e2e.session_routing.test_durable_standard_clients import sent_session, set_session

@@ -20,8 +20,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from nemo_gym import config as gym_config
-from nemo_gym.client import ServerClient
-from nemo_gym.launcher import Launcher
+from nemo_gym.client.reading import ServerClient
+from nemo_gym.process.launcher import Launcher
 from nemo_gym.openai_utils import new_response
 from nemo_gym.routing.worker import OWNER_KEY
 from tests.e2e.session_routing.test_counter_routing import seed_all, worker_pid_of_owner

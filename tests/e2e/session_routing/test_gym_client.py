@@ -17,12 +17,12 @@ import pytest
 from starlette.requests import cookie_parser
 
 from nemo_gym import config as gym_config
-from nemo_gym.client import DEFAULT_TIMEOUT, ServerClient
-from nemo_gym.launcher import Launcher
+from nemo_gym.client.reading import DEFAULT_TIMEOUT, ServerClient
+from nemo_gym.process.launcher import Launcher
 from nemo_gym.openai_utils import new_response
-from nemo_gym.owner_pool import OwnerPool
+from nemo_gym.client.owner_pool import OwnerPool
 from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER
-from nemo_gym.signing_secret import session_secret
+from nemo_gym.sessions.secret import session_secret
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.unit_tests.routing_workers import session_of
 

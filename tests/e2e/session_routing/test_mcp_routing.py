@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 from resources_servers.example_session_state_mgmt.mcp_sequences import run_sequences
 
 COUNTER = "example_session_state_mgmt"

@@ -17,7 +17,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from nemo_gym.routing.worker import OWNER_KEY
-from nemo_gym.signing_secret import session_secret
+from nemo_gym.sessions.secret import session_secret
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes
 from tests.e2e.test_memory_agent_one_worker import AGENT, CONVERSATIONS, memory_stack
 from tests.unit_tests.routing_workers import session_of

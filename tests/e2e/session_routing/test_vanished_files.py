@@ -14,7 +14,7 @@ from pathlib import Path
 
 import aiohttp
 
-from nemo_gym.client import cookie_header
+from nemo_gym.client.reading import cookie_header
 from tests.e2e.session_routing.test_durable_sessions import COOKIE, counter_config, owner_of
 
 SESSIONS = 30

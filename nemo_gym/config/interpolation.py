@@ -12,7 +12,7 @@ from typing import Any
 from omegaconf import Container, DictConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
-from nemo_gym.config_files import ConfigError, Sources
+from nemo_gym.config.files import ConfigError, Sources
 
 
 def problems(node: Container, sources: Sources, prefix: str = "") -> list[str]:

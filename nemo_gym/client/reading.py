@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from nemo_gym.config import Instance, merge
 from nemo_gym.server_utils import DEFAULT_TIMEOUT, ServerClient as UpstreamServerClient
-from nemo_gym.sessions import session_cookie_name
+from nemo_gym.sessions.cookie import session_cookie_name
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import ModuleType
 
 SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
-INSTALL_ROOT = Path(__file__).resolve().parent.parent
+INSTALL_ROOT = Path(__file__).resolve().parents[2]
 EXTRA_ROOTS_ENV = "NEMO_GYM_EXTRA_ROOTS"
 
 

@@ -11,8 +11,8 @@ from fastapi import FastAPI
 
 from nemo_gym import config as gym_config
 from nemo_gym.global_config import CONFIG_PATH_ENV
-from nemo_gym.input_limits import InputLimits
-from nemo_gym.redaction import redact
+from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.config.redaction import redact
 
 DEFAULT_HEAD_PORT = 11000
 HEAD_PORT_ENV = "NEMO_GYM_HEAD_PORT"

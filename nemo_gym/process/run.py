@@ -1,4 +1,4 @@
-"""The process of one server instance: ``python -m nemo_gym.serve`` with the launcher's environment.
+"""The process of one server instance: ``python -m nemo_gym.process.run`` with the launcher's environment.
 
 One worker: uvicorn serves the server's app in this process. Several: uvicorn's own supervisor
 spawns the workers, each calling ``worker_app`` to build its app; this process serves no requests.
@@ -21,12 +21,12 @@ from nemo_gym import config as gym_config
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.store import SessionStore, StoreError, store_path
 from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV, WORKER_LOG_DIR_ENV
-from nemo_gym.input_limits import InputLimits
+from nemo_gym.middleware.input_limits import InputLimits
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
 from nemo_gym.server import SimpleServer, find_server_class
-from nemo_gym.server_paths import import_server_module
+from nemo_gym.config.paths import import_server_module
 from nemo_gym.server_utils import ENTRYPOINT_ENV, NUM_WORKERS_ENV, WORKER_ENV
-from nemo_gym.signing_secret import SecretError, session_secret
+from nemo_gym.sessions.secret import SecretError, session_secret
 
 KEEP_ALIVE_SECONDS = 75
 
@@ -114,11 +114,11 @@ def serve(server_class: type[SimpleServer] | None = None) -> None:
     # Every routed worker serves a private socket in this directory; it goes when the server stops. A
     # launcher may hand one over, so that it can remove it even if this process is killed.
     if not server_class.is_routed(config) or os.environ.get(SOCKET_DIR_ENV):
-        uvicorn.run("nemo_gym.serve:worker_app", **options)
+        uvicorn.run("nemo_gym.process.run:worker_app", **options)
         return
     os.environ[SOCKET_DIR_ENV] = socket_dir = make_socket_dir()
     try:
-        uvicorn.run("nemo_gym.serve:worker_app", **options)
+        uvicorn.run("nemo_gym.process.run:worker_app", **options)
     finally:
         remove_socket_dir(socket_dir)
 

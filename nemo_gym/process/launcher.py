@@ -16,11 +16,11 @@ from glob import escape as glob_escape
 from pathlib import Path
 
 from nemo_gym.config import REPO_ROOT, Instance, merge
-from nemo_gym.head import HEAD_PORT_ENV
+from nemo_gym.process.head import HEAD_PORT_ENV
 from nemo_gym.routing.liveness import life_sockets, live_workers
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
 from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV, WORKER_LOG_DIR_ENV
-from nemo_gym.server_paths import EXTRA_ROOTS_ENV
+from nemo_gym.config.paths import EXTRA_ROOTS_ENV
 
 STOP_GRACE_SECONDS = 15
 # How long a start may take before it fails, unless set (``--start-timeout``): this, plus the second
@@ -85,8 +85,8 @@ class Launcher:
                 if instance.num_workers > 1:
                     self.socket_dirs[name] = make_socket_dir()
                 own_env = {**env, INSTANCE_ENV: name, SOCKET_DIR_ENV: self.socket_dirs.get(name, "")}
-                self.processes[name] = self._spawn(name, ["nemo_gym.serve"], own_env)
-            self.processes["head"] = self._spawn("head", ["nemo_gym.head"], env)
+                self.processes[name] = self._spawn(name, ["nemo_gym.process.run"], own_env)
+            self.processes["head"] = self._spawn("head", ["nemo_gym.process.head"], env)
             urls = {name: instance.url for name, instance in self.instances.items()} | {"head": self.head_url}
             self._wait_ready(urls, timeout)
         except BaseException:

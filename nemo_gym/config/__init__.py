@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nemo_gym import config_directives, config_files, interpolation
-from nemo_gym.config_files import ConfigError, Sources, instance_kind
-from nemo_gym.server_paths import INSTALL_ROOT, SERVER_TYPES, find_implementation, make_importable, search_roots, server_module_checked
+from nemo_gym.config import directives, files, interpolation
+from nemo_gym.config.files import ConfigError, Sources, instance_kind
+from nemo_gym.config.paths import INSTALL_ROOT, SERVER_TYPES, find_implementation, make_importable, search_roots, server_module_checked
 
 REPO_ROOT = INSTALL_ROOT
 DEFAULT_HOST = "127.0.0.1"
@@ -142,8 +142,8 @@ def resolve(
     initial: tuple[str, dict] | None = None,
 ) -> tuple[dict, Sources]:
     """The merged config with its directives applied and every interpolation resolved, and the source of each key."""
-    merged, sources = config_files.read(paths, search_roots() if roots is None else roots, overrides, initial)
-    expanded = config_directives.apply(merged, sources)
+    merged, sources = files.read(paths, search_roots() if roots is None else roots, overrides, initial)
+    expanded = directives.apply(merged, sources)
     return interpolation.resolve(expanded, sources), sources
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 from tqdm import tqdm
 
-from nemo_gym.client import ServerClient
+from nemo_gym.client.reading import ServerClient
 
 
 def read_rows(path: str | Path, limit: int | None = None, num_repeats: int = 1) -> list[dict[str, Any]]:

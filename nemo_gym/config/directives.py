@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from nemo_gym.config_files import ConfigError, Sources
+from nemo_gym.config.files import ConfigError, Sources
 
 INHERIT = "_inherit_from"
 COPY = "_copy"
