@@ -9,10 +9,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"
-INSTANCE_ENV = "NEMO_GYM_INSTANCE"
-# Where each worker of a multi-worker server writes its output, to a file of its own (the launcher's logs).
-WORKER_LOG_DIR_ENV = "NEMO_GYM_WORKER_LOG_DIR"
+from nemo_gym.env import CONFIG_PATH_ENV
+
 
 # Upstream's key names. Of the row's keys:
 TASK_INDEX_KEY_NAME = "_ng_task_index"

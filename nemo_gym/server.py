@@ -29,7 +29,7 @@ from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import SessionStore, store_path
 from nemo_gym.durable.write_through import WriteThrough
 from nemo_gym.middleware.errors import ServerErrorsAsJson, server_error
-from nemo_gym.global_config import INSTANCE_ENV, get_first_server_config_dict, get_global_config_dict
+from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
 from nemo_gym.middleware.input_limits import InputLimits
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.forwarder import Forwarder
@@ -38,12 +38,13 @@ from nemo_gym.routing.owner import OwnerReader
 from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.private_server import PrivateServer
 from nemo_gym.routing.router import SessionRouter
-from nemo_gym.routing.worker import SOCKET_DIR_ENV, new_worker_id, socket_address
-from nemo_gym.server_utils import WORKER_ENV, ServerClient
+from nemo_gym.routing.worker import new_worker_id, socket_address
+from nemo_gym.server_utils import ServerClient
 from nemo_gym.sessions.token import token_serializer
 from nemo_gym.sessions.cookie import SessionIdMiddleware, session_cookie_name
 from nemo_gym.sessions.secret import session_secret
 from nemo_gym.middleware.strict_json import StrictJSONRoute
+from nemo_gym.env import INSTANCE_ENV, SOCKET_DIR_ENV, WORKER_ENV
 
 
 # The middlewares that give a request its session, outermost first.

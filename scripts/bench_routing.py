@@ -50,12 +50,12 @@ from itsdangerous import TimestampSigner
 from nemo_gym import config as gym_config
 from nemo_gym.client.reading import ServerClient, cookie_header
 from nemo_gym.config import REPO_ROOT
-from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
+from nemo_gym.env import CONFIG_PATH_ENV, INSTANCE_ENV, SOCKET_DIR_ENV
 from nemo_gym.process.launcher import Launcher
 from nemo_gym.openai_utils import new_response
 from nemo_gym.client.owner_pool import OwnerPool
 from nemo_gym.routing.liveness import life_sockets
-from nemo_gym.routing.worker import OWNER_KEY, SOCKET_DIR_ENV, WORKER_HEADER, make_socket_dir, remove_socket_dir, socket_address
+from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER, make_socket_dir, remove_socket_dir, socket_address
 
 COUNTER = "example_session_state_mgmt"
 COUNTER_MODULE = f"resources_servers.{COUNTER}.app"

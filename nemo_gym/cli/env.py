@@ -24,7 +24,8 @@ from nemo_gym.config.presets import environment_trio
 from nemo_gym.config.redaction import redact
 from nemo_gym.client.rollouts import read_rows
 from nemo_gym.server import find_server_class
-from nemo_gym.config.paths import EXTRA_ROOTS_ENV, find_implementation, make_importable, search_roots, server_module_checked
+from nemo_gym.config.paths import find_implementation, make_importable, search_roots, server_module_checked
+from nemo_gym.env import DEFAULT_HOST, EXTRA_ROOTS_ENV
 
 
 def config_layers(args: argparse.Namespace) -> dict[str, Any]:
@@ -67,7 +68,7 @@ def init(args: argparse.Namespace) -> int:
 def start(args: argparse.Namespace) -> int:
     instances = instances_from_args(args)
     try:
-        head_port_taken = gym_config.port_in_use(gym_config.DEFAULT_HOST, args.head_port)
+        head_port_taken = gym_config.port_in_use(DEFAULT_HOST, args.head_port)
     except OSError as error:
         raise ValueError(f"--head-port: cannot listen on port {args.head_port}: {error.strerror or error}") from None
     if head_port_taken:

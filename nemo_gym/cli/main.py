@@ -9,7 +9,7 @@ import sys
 from nemo_gym.cli import env, eval as eval_cli, sessions
 from nemo_gym.cli.servers import list_servers
 from nemo_gym.config import ConfigError
-from nemo_gym.process.head import DEFAULT_HEAD_PORT
+from nemo_gym.env import DEFAULT_HEAD_PORT
 from nemo_gym.process.launcher import LaunchError
 
 

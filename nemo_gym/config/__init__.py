@@ -20,11 +20,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from nemo_gym.config import directives, files, interpolation
+from nemo_gym.env import DEFAULT_HOST
 from nemo_gym.config.files import ConfigError, Sources, instance_kind
 from nemo_gym.config.paths import INSTALL_ROOT, SERVER_TYPES, find_implementation, make_importable, search_roots, server_module_checked
 
 REPO_ROOT = INSTALL_ROOT
-DEFAULT_HOST = "127.0.0.1"
 INSTANCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 # Upstream's global keys: accepted and kept, never read as instances. Of these, this project acts on
 # config_paths only. Upstream also reserves _inherit_from and _copy: here they are directives inside a

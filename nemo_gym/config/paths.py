@@ -15,9 +15,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
 
+from nemo_gym.env import EXTRA_ROOTS_ENV
+
 SERVER_TYPES = ("resources_servers", "responses_api_agents", "responses_api_models")
 INSTALL_ROOT = Path(__file__).resolve().parents[2]
-EXTRA_ROOTS_ENV = "NEMO_GYM_EXTRA_ROOTS"
 
 
 def search_roots(search_dirs: Iterable[str | Path] = (), cwd: str | Path | None = None) -> list[Path]:

@@ -10,12 +10,9 @@ import uvicorn
 from fastapi import FastAPI
 
 from nemo_gym import config as gym_config
-from nemo_gym.global_config import CONFIG_PATH_ENV
+from nemo_gym.env import CONFIG_PATH_ENV, DEFAULT_HOST, HEAD_PORT_ENV
 from nemo_gym.middleware.input_limits import InputLimits
 from nemo_gym.config.redaction import redact
-
-DEFAULT_HEAD_PORT = 11000
-HEAD_PORT_ENV = "NEMO_GYM_HEAD_PORT"
 
 
 def build_app(config_path: str) -> FastAPI:
@@ -41,7 +38,7 @@ def main() -> None:
     app = build_app(os.environ[CONFIG_PATH_ENV])
     port = int(os.environ[HEAD_PORT_ENV])
     # The default limits: the head endpoint has no settings of its own.
-    uvicorn.run(app, host=gym_config.DEFAULT_HOST, port=port, log_level="warning", access_log=False, http=InputLimits().protocol())
+    uvicorn.run(app, host=DEFAULT_HOST, port=port, log_level="warning", access_log=False, http=InputLimits().protocol())
 
 
 if __name__ == "__main__":

@@ -16,11 +16,9 @@ from glob import escape as glob_escape
 from pathlib import Path
 
 from nemo_gym.config import REPO_ROOT, Instance, merge
-from nemo_gym.process.head import HEAD_PORT_ENV
+from nemo_gym.env import CONFIG_PATH_ENV, DEFAULT_HOST, EXTRA_ROOTS_ENV, HEAD_PORT_ENV, INSTANCE_ENV, SOCKET_DIR_ENV, WORKER_LOG_DIR_ENV
 from nemo_gym.routing.liveness import life_sockets, live_workers
-from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
-from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV, WORKER_LOG_DIR_ENV
-from nemo_gym.config.paths import EXTRA_ROOTS_ENV
+from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
 
 STOP_GRACE_SECONDS = 15
 # How long a start may take before it fails, unless set (``--start-timeout``): this, plus the second
@@ -60,7 +58,7 @@ class Launcher:
 
     @property
     def head_url(self) -> str:
-        return f"http://127.0.0.1:{self.head_port}"
+        return f"http://{DEFAULT_HOST}:{self.head_port}"
 
     def resolved_config(self) -> dict:
         resolved: dict = {}

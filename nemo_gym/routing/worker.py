@@ -18,7 +18,6 @@ import struct
 import tempfile
 
 OWNER_KEY = "nemo_gym_worker"
-SOCKET_DIR_ENV = "NEMO_GYM_SOCKET_DIR"
 # On every routed reply: the worker whose public socket accepted the connection, which it stays with.
 WORKER_HEADER = "X-NeMo-Gym-Worker"
 WORKER_ID_PATTERN = re.compile(r"[0-9a-f]{16}")

@@ -8,6 +8,8 @@ import secrets
 import tempfile
 from pathlib import Path
 
+from nemo_gym.env import STATE_DIR_ENV
+
 # Anyone who knows the secret can forge any session; shorter ones are refused, never used.
 MIN_SECRET_BYTES = 32
 
@@ -19,7 +21,7 @@ class SecretError(ValueError):
 def state_dir() -> Path:
     """Where per-server state that must outlive a restart (the signing secret) is kept."""
     default = Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "nemo_gym"
-    return Path(os.environ.get("NEMO_GYM_STATE_DIR", default))
+    return Path(os.environ.get(STATE_DIR_ENV, default))
 
 
 def check_length(secret: str, what: str) -> str:

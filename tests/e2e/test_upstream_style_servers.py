@@ -18,10 +18,10 @@ import pytest
 
 from nemo_gym import config as gym_config
 from nemo_gym.client.reading import ServerClient
-from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
+from nemo_gym.env import CONFIG_PATH_ENV, EXTRA_ROOTS_ENV, INSTANCE_ENV
 from nemo_gym.process.launcher import STOP_GRACE_SECONDS, Launcher
 from nemo_gym.client.rollouts import read_rows, run_episodes
-from nemo_gym.config.paths import EXTRA_ROOTS_ENV, INSTALL_ROOT, search_roots
+from nemo_gym.config.paths import INSTALL_ROOT, search_roots
 
 ROOT = Path(__file__).resolve().parents[1] / "upstream_style"
 CONFIG = ROOT / "configs" / "upstream_style.yaml"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from nemo_gym import global_config
+from nemo_gym.env import CONFIG_PATH_ENV
 
 
 def test_upstreams_row_key_names_are_the_keys_rows_carry():
@@ -14,10 +15,10 @@ def test_upstreams_row_key_names_are_the_keys_rows_carry():
 
 def test_maybe_get_global_config_dict_is_none_outside_the_launcher_and_the_config_inside(tmp_path, monkeypatch):
     global_config.get_global_config_dict.cache_clear()
-    monkeypatch.delenv(global_config.CONFIG_PATH_ENV, raising=False)
+    monkeypatch.delenv(CONFIG_PATH_ENV, raising=False)
     assert global_config.maybe_get_global_config_dict() is None
     (tmp_path / "config.json").write_text(json.dumps({global_config.HF_TOKEN_KEY_NAME: "hf_x", "judge": {"responses_api_models": {"x": {"port": 1}}}}))
-    monkeypatch.setenv(global_config.CONFIG_PATH_ENV, str(tmp_path / "config.json"))
+    monkeypatch.setenv(CONFIG_PATH_ENV, str(tmp_path / "config.json"))
     try:
         assert global_config.maybe_get_global_config_dict()["judge"]["responses_api_models"]["x"]["port"] == 1
         assert global_config.get_hf_token() == "hf_x"

@@ -19,9 +19,9 @@ from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import BaseResourcesServerConfig, ReverifyMode, SimpleResourcesServer
 from nemo_gym.client.reading import ServerClient
 from nemo_gym.config import Instance, free_port
-from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV, get_global_config_dict
+from nemo_gym.global_config import get_global_config_dict
 from nemo_gym.server import SimpleServer, find_server_class
-from nemo_gym.server_utils import WORKER_ENV
+from nemo_gym.env import CONFIG_PATH_ENV, INSTANCE_ENV, WORKER_ENV
 from nemo_gym.server_utils import ServerClient as UpstreamServerClient
 from tests.unit_tests.in_process_server import serving
 
