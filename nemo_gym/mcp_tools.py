@@ -46,11 +46,10 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.sessions.token import TOKEN_HEADER, read_token
+from nemo_gym.sessions.token import MCP_PATH, TOKEN_HEADER, read_token
 
 logger = logging.getLogger(__name__)
 
-MCP_PATH = "/mcp"
 # The key of the MCP metadata in a /seed_session reply (upstream's NEMO_GYM_MCP_METADATA_KEY).
 MCP_METADATA_KEY = "mcp"
 SEED_SESSION_PATH = "/seed_session"

@@ -10,7 +10,7 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.store import StoreUnavailable
 from nemo_gym.routing.forwarder import RETRY_AFTER_SECONDS
-from nemo_gym.routing.owner import MCP_PATH, TOKEN_HEADER_KEY
+from nemo_gym.sessions.token import TOKEN_HEADER_KEY, is_mcp_path
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.token import read_token
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
@@ -95,7 +95,7 @@ class WriteThrough:
 
     def token_session(self, scope: Scope) -> list[str]:
         """The session of the request's token (the first header, as the MCP endpoint reads it), on ``/mcp``."""
-        if scope["path"] != MCP_PATH and not scope["path"].startswith(MCP_PATH + "/"):
+        if not is_mcp_path(scope["path"]):
             return []
         token = next((value for name, value in scope["headers"] if name == TOKEN_HEADER_KEY), None)
         payload = None if token is None else read_token(self.tokens, token.decode("latin-1"))

@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from nemo_gym.routing.liveness import is_alive
-from nemo_gym.routing.owner_connection import ConnectionBroken, OwnerConnection, OwnerPool, request_head
+from nemo_gym.routing.owner_connection import ConnectionBroken, OwnerConnection, IdleConnections, request_head
 from nemo_gym.routing.private_server import CLIENT_HEADER, PRIVATE_KEEP_ALIVE_SECONDS
 from nemo_gym.routing.worker import socket_address
 
@@ -92,7 +92,7 @@ class Forwarder:
     def __init__(self, socket_dir: str, busy_wait_seconds: float = BUSY_OWNER_WAIT_SECONDS) -> None:
         self.socket_dir = socket_dir
         self.busy_wait_seconds = busy_wait_seconds
-        self.pools: dict[str, OwnerPool] = {}
+        self.pools: dict[str, IdleConnections] = {}
         # A server with durable sessions takes a dead owner's sessions over instead of answering 410.
         self.adopter: Adopter | None = None
 
@@ -191,10 +191,10 @@ class Forwarder:
                     connection.close()
             return
 
-    def pool_for(self, owner: str) -> OwnerPool:
+    def pool_for(self, owner: str) -> IdleConnections:
         pool = self.pools.get(owner)
         if pool is None:
-            pool = self.pools[owner] = OwnerPool(socket_address(self.socket_dir, owner), FORWARD_KEEP_ALIVE_SECONDS)
+            pool = self.pools[owner] = IdleConnections(socket_address(self.socket_dir, owner), FORWARD_KEEP_ALIVE_SECONDS)
         return pool
 
     async def forget(self, owner: str) -> None:

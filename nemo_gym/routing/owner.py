@@ -17,11 +17,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import SessionIdMiddleware
-from nemo_gym.sessions.token import TOKEN_HEADER, read_token
-
-MCP_PATH = "/mcp"
-MCP_PREFIX = MCP_PATH + "/"
-TOKEN_HEADER_KEY = TOKEN_HEADER.lower().encode()
+from nemo_gym.sessions.token import TOKEN_HEADER, TOKEN_HEADER_KEY, is_mcp_path, read_token
 
 
 class AmbiguousSession(Exception):
@@ -80,9 +76,7 @@ class OwnerReader:
         if len(tokens) > 1 and len(set(tokens)) > 1:
             raise AmbiguousSession(TOKEN_HEADER)
         has_cookie = self.has_session_cookie(cookie_headers)
-        path = scope["path"]
-        token_first = path == MCP_PATH or path.startswith(MCP_PREFIX)
-        if tokens and (token_first or not has_cookie):
+        if tokens and (is_mcp_path(scope["path"]) or not has_cookie):
             return read_token(self.token_serializer, tokens[0])
         if has_cookie:
             return await self.session(scope)

@@ -134,7 +134,7 @@ class OwnerConnection(asyncio.Protocol):
             self.transport.close()
 
 
-class OwnerPool:
+class IdleConnections:
     """The idle keep-alive connections to one owner; the one used last is used first."""
 
     def __init__(self, path: str, keep_alive_seconds: float) -> None:

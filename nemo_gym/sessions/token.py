@@ -14,7 +14,14 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 
 TOKEN_HEADER = "X-NeMo-Gym-Session-Token"
+TOKEN_HEADER_KEY = TOKEN_HEADER.lower().encode()  # as the header's name is in an ASGI scope
 TOKEN_SALT = "nemo-gym-mcp-session-token"
+# The MCP endpoint, where a request's token names its session before any cookie does.
+MCP_PATH = "/mcp"
+
+
+def is_mcp_path(path: str) -> bool:
+    return path == MCP_PATH or path.startswith(MCP_PATH + "/")
 
 
 def token_serializer(secret: str) -> URLSafeSerializer:
