@@ -17,6 +17,7 @@ if "NEMO_GYM_STATE_DIR" not in os.environ:
     OWN_STATE_DIR = os.environ["NEMO_GYM_STATE_DIR"] = tempfile.mkdtemp(prefix="nemo_gym_test_state_")
 
 from nemo_gym import config as gym_config  # noqa: E402
+from nemo_gym.process import discovery
 from nemo_gym.process.launcher import Launcher  # noqa: E402
 
 
@@ -39,7 +40,7 @@ def servers_started() -> Iterator[Callable[..., Launcher]]:
 
     def start(data: dict[str, Any], extra_env: dict[str, str] | None = None, timeout: float | None = None) -> Launcher:
         instances = gym_config.parse(data)
-        gym_config.check_settings(instances)
+        discovery.check_settings(instances)
         launcher = Launcher(instances, gym_config.free_port(), extra_env)
         launchers.append(launcher)
         return launcher.start(timeout)

@@ -26,7 +26,7 @@ from openai.types.chat.chat_completion_content_part_param import File
 from pydantic import BaseModel, Discriminator, Tag
 from typing_extensions import NotRequired, Required, TypedDict
 
-from nemo_gym.openai_utils import RoutedExperts, carries_token_metadata
+from nemo_gym.token_metadata import RoutedExperts, carries_token_metadata
 
 
 class NeMoGymChatCompletionContentPartTextParam(ChatCompletionContentPartTextParam):

@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from nemo_gym.env import DEFAULT_HOST
 from nemo_gym.config.keys import ConfigKeys
+from nemo_gym.env import DEFAULT_HOST
 from nemo_gym.middleware.input_limits import (
     DEFAULT_BODY_TIMEOUT_SECONDS,
     DEFAULT_HEADER_TIMEOUT_SECONDS,

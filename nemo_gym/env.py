@@ -7,6 +7,9 @@ DEFAULT_HOST = "127.0.0.1"
 # The head endpoint's port (upstream's DEFAULT_HEAD_SERVER_PORT).
 DEFAULT_HEAD_PORT = 11000
 
+# What the launcher runs for each instance: ``python -m SERVER_PROCESS_MODULE``.
+SERVER_PROCESS_MODULE = "nemo_gym.process.run"
+
 # Set by the launcher for every process it starts.
 CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"  # the resolved config, a JSON file
 INSTANCE_ENV = "NEMO_GYM_INSTANCE"  # the instance this process serves

@@ -45,35 +45,20 @@ from openai.types.shared import Reasoning
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from nemo_gym.openai_client import RATE_LIMIT_ERROR_CODES, RETRY_ERROR_CODES, NeMoGymAsyncOpenAI  # noqa: F401 (upstream's path)
+from nemo_gym.token_metadata import (  # noqa: F401 (upstream's path)
+    REQUIRED_TOKEN_METADATA_FIELDS,
+    TOKEN_METADATA_FIELDS,
+    RoutedExperts,
+    TokenIDLogProbMixin,
+    carries_token_metadata,
+    field_of,
+)
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
 
 def new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
-
-
-# Per-token routed expert indices [tokens, moe_layers, top_k], or the trainer's opaque string encoding of them.
-RoutedExperts = Union[str, list[list[list[int]]]]
-REQUIRED_TOKEN_METADATA_FIELDS = frozenset({"prompt_token_ids", "generation_token_ids", "generation_log_probs"})
-TOKEN_METADATA_FIELDS = REQUIRED_TOKEN_METADATA_FIELDS | {"routed_experts"}
-
-
-class TokenIDLogProbMixin(BaseModel):
-    """What a model server adds to an item it generated, for training: the token ids and their log-probs."""
-
-    prompt_token_ids: list[int]
-    generation_token_ids: list[int]
-    generation_log_probs: list[float]
-    routed_experts: Optional[RoutedExperts] = None
-
-
-def _field(item: Any, key: str) -> Any:
-    return item.get(key) if isinstance(item, dict) else getattr(item, key, None)
-
-
-def carries_token_metadata(item: Any) -> bool:
-    return any(_field(item, key) is not None for key in TOKEN_METADATA_FIELDS)
 
 
 class NeMoGymResponseInputImage(ResponseInputImage):
@@ -191,12 +176,12 @@ def _item_tagger(sdk_types: set[str], input_messages: bool) -> typing.Callable[[
     """
 
     def tag(item: Any) -> str:
-        kind = _field(item, "type")
+        kind = field_of(item, "type")
         if kind in (None, "message"):
-            content = _field(item, "content")
+            content = field_of(item, "content")
             parts = content if isinstance(content, list) else []
-            said = _field(item, "role") == "assistant" and any(_field(part, "type") in ("output_text", "refusal") for part in parts)
-            given = isinstance(item, EasyInputMessage) or _field(item, "role") not in (None, "assistant")
+            said = field_of(item, "role") == "assistant" and any(field_of(part, "type") in ("output_text", "refusal") for part in parts)
+            given = isinstance(item, EasyInputMessage) or field_of(item, "role") not in (None, "assistant")
             kind = ("output_message" if said else "message") if input_messages else ("message" if given else "output_message")
         elif kind not in ("function_call", "function_call_output", "reasoning"):
             return "other" if kind in sdk_types else "unknown"
@@ -421,7 +406,8 @@ class NeMoGymFunctionToolParam(FunctionToolParam):
 
 def __getattr__(name: str) -> Any:
     """The Chat Completions message types live in ``nemo_gym.chat_completion_types``; upstream imports them from here."""
-    import nemo_gym.chat_completion_types as chat_completion_types  # it imports this module
+    # Imported on first use: the Chat Completions types are many, and most processes never need them.
+    import nemo_gym.chat_completion_types as chat_completion_types
 
     if name.startswith("NeMoGym") and hasattr(chat_completion_types, name):
         return getattr(chat_completion_types, name)

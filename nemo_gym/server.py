@@ -7,8 +7,8 @@ import functools
 import gc
 import os
 import secrets
+import sys
 from collections.abc import AsyncIterator
-from types import ModuleType
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
@@ -20,18 +20,19 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp
 
 from nemo_gym import config as gym_config
-from nemo_gym.middleware.body_limit import BodyLimit
-from nemo_gym.client.reading import config_of
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import SessionStore, store_path
 from nemo_gym.durable.write_through import WriteThrough
-from nemo_gym.middleware.errors import ServerErrorsAsJson, server_error
+from nemo_gym.env import INSTANCE_ENV, SERVER_PROCESS_MODULE, SOCKET_DIR_ENV, WORKER_ENV
 from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
-from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.middleware.body_limit import BodyLimit
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
+from nemo_gym.middleware.errors import ServerErrorsAsJson, server_error
+from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.middleware.strict_json import StrictJSONRoute
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.liveness import LifeName
 from nemo_gym.routing.owner import OwnerReader
@@ -40,11 +41,9 @@ from nemo_gym.routing.private_server import PrivateServer
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.worker import new_worker_id, socket_address
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.sessions.token import token_serializer
 from nemo_gym.sessions.cookie import SessionIdMiddleware, session_cookie_name
 from nemo_gym.sessions.secret import session_secret
-from nemo_gym.middleware.strict_json import StrictJSONRoute
-from nemo_gym.env import INSTANCE_ENV, SOCKET_DIR_ENV, WORKER_ENV
+from nemo_gym.sessions.token import token_serializer
 
 
 # The middlewares that give a request its session, outermost first.
@@ -109,19 +108,20 @@ class SimpleServer(BaseModel):
     @classmethod
     def for_instance(cls, name: str, instances: dict[str, gym_config.Instance]) -> "SimpleServer":
         """Build the server of one instance of an already parsed config (tests and tools)."""
-        client = ServerClient(global_config_dict=OmegaConf.create(config_of(instances)))
+        client = ServerClient(global_config_dict=OmegaConf.create(gym_config.config_of(instances)))
         return cls(config=cls.validate_config(name, instances[name].settings), server_client=client)
 
     @classmethod
     def run_webserver(cls) -> FastAPI | None:
         """Upstream's start: in a uvicorn worker the launcher started, build and return the app unserved;
-        anywhere else (``python app.py`` with the launcher's environment), serve this instance."""
+        anywhere else (``python app.py`` with the launcher's environment), this process becomes the
+        instance's server process, the one the launcher itself would start: serving is the process's
+        part (``nemo_gym.process.run``), which finds this class in the instance's module."""
         if os.environ.get(WORKER_ENV) == "1":
             return cls.from_environment().build_app()
-        from nemo_gym.process.run import serve  # nemo_gym.process.run imports this module
-
-        serve(cls)
-        return None
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, [sys.executable, "-m", SERVER_PROCESS_MODULE])
 
     @property
     def name(self) -> str:
@@ -256,17 +256,3 @@ class SimpleServer(BaseModel):
     async def unhandled_error(self, request: Request, error: Exception) -> JSONResponse:
         """An error outside the session layer (the layer inside it answers the handlers' own)."""
         return server_error(error)
-
-
-def find_server_class(module: ModuleType) -> type[SimpleServer]:
-    """The server a module defines: the one server class defined in it that no other class of the module extends."""
-    defined = [
-        value
-        for value in vars(module).values()
-        if isinstance(value, type) and issubclass(value, SimpleServer) and value.__module__ == module.__name__
-    ]
-    leaves = [cls for cls in defined if not any(other is not cls and issubclass(other, cls) for other in defined)]
-    if len(leaves) != 1:
-        found = ", ".join(cls.__name__ for cls in leaves) or "none"
-        raise LookupError(f"{module.__name__} must define exactly one server class (a SimpleServer subclass); found {found}")
-    return leaves[0]

@@ -19,9 +19,9 @@ from http.cookiejar import CookieJar
 from pathlib import Path
 
 from nemo_gym import config as gym_config
-from nemo_gym.process.launcher import Launcher
-from nemo_gym.openai_utils import new_response
 from nemo_gym.client.rollouts import read_rows
+from nemo_gym.openai_utils import new_response
+from nemo_gym.process.launcher import Launcher
 
 DATA = Path(__file__).resolve().parents[1] / "resources_servers" / "swe_rebench" / "data" / "example.jsonl"
 # A command that costs next to nothing (the jail's own cost shows), and the task's tests (a typical step).

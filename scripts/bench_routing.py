@@ -48,12 +48,12 @@ import aiohttp
 from itsdangerous import TimestampSigner
 
 from nemo_gym import config as gym_config
-from nemo_gym.client.reading import ServerClient, cookie_header
+from nemo_gym.client.owner_pool import OwnerPool
+from nemo_gym.client.reading import ReadingClient, cookie_header
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.env import CONFIG_PATH_ENV, INSTANCE_ENV, SOCKET_DIR_ENV
-from nemo_gym.process.launcher import Launcher
 from nemo_gym.openai_utils import new_response
-from nemo_gym.client.owner_pool import OwnerPool
+from nemo_gym.process.launcher import Launcher
 from nemo_gym.routing.liveness import life_sockets
 from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER, make_socket_dir, remove_socket_dir, socket_address
 
@@ -368,7 +368,7 @@ class EpisodeClient:
 
 
 class GymEpisodeClient(EpisodeClient):
-    """Gym's own ``ServerClient``, whose owner pool sends a session's requests on a connection to its owner.
+    """Gym's own ``ReadingClient``, whose owner pool sends a session's requests on a connection to its owner.
 
     It lives as long as the benchmark (as an agent's client lives as long as the agent). For every request
     that carries a session cookie it notes the cookie and the worker that answered; whether that worker was
@@ -381,7 +381,7 @@ class GymEpisodeClient(EpisodeClient):
         self.cookie = f"{name}_session"
         trace = aiohttp.TraceConfig()
         trace.on_request_end.append(self.count_hit)
-        self.gym = ServerClient(instances)
+        self.gym = ReadingClient(instances)
         self.gym.owner_pool = OwnerPool(timeout=REQUEST_TIMEOUT, trace_configs=[trace])
         self.latencies: list[float] = []
         self.seeded: list[dict[str, str]] = []

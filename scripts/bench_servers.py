@@ -33,9 +33,10 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
 from nemo_gym.env import CONFIG_PATH_ENV, INSTANCE_ENV, SOCKET_DIR_ENV
-from nemo_gym.server import SimpleServer, find_server_class
+from nemo_gym.process.discovery import find_server_class
+from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
+from nemo_gym.server import SimpleServer
 
 KEEP_ALIVE_SECONDS = 75  # as nemo_gym.process.run
 # The module whose server ``serve`` runs, for its workers (uvicorn starts them by import string).

@@ -20,10 +20,10 @@ import tempfile
 from pathlib import Path
 
 from nemo_gym import config as gym_config
-from nemo_gym.client.reading import ServerClient
-from nemo_gym.process.launcher import Launcher
-from nemo_gym.config.presets import agent_name, environment_trio
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.client.rollouts import read_rows, run_episodes
+from nemo_gym.config.presets import agent_name, environment_trio
+from nemo_gym.process.launcher import Launcher
 from resources_servers.example_session_state_mgmt.episodes import plus_one_plus_two
 from resources_servers.example_session_state_mgmt.mcp_sequences import run_sequences
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS
@@ -41,7 +41,7 @@ GYM_AGENT = "gym_agent"
 
 async def run_report(instances: dict, episodes: int, concurrency: int) -> list[dict]:
     rows = plus_one_plus_two(episodes)
-    client = ServerClient(instances)
+    client = ReadingClient(instances)
     try:
         return await run_episodes(client, agent_name(RESOURCES_SERVER), rows, concurrency, progress=False)
     finally:
@@ -82,7 +82,7 @@ def swe_rebench_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str
     rows = [rows[number % len(rows)] for number in range(args.episodes)]
 
     async def run() -> list[dict]:
-        client = ServerClient(instances)
+        client = ReadingClient(instances)
         try:
             return await run_episodes(client, SWE_REBENCH_RELAY, rows, args.concurrency, progress=False)
         finally:
@@ -110,7 +110,7 @@ def memory_agent_scenario(args: argparse.Namespace) -> tuple[str, list[dict], st
     ))
 
     async def run() -> list[dict]:
-        client = ServerClient(instances)
+        client = ReadingClient(instances)
         try:
             return await run_conversations(client, MEMORY_AGENT, args.episodes, args.concurrency)
         finally:
@@ -126,7 +126,7 @@ def mcp_scenario(args: argparse.Namespace) -> tuple[str, list[dict], str]:
     instances = gym_config.parse({RESOURCES_SERVER: {"resources_servers": {RESOURCES_SERVER: settings}}})
 
     async def run() -> list[bool]:
-        client = ServerClient(instances)
+        client = ReadingClient(instances)
         try:
             return await run_sequences(client, RESOURCES_SERVER, args.episodes)
         finally:

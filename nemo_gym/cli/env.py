@@ -18,14 +18,14 @@ from pydantic import ValidationError
 
 from nemo_gym import config as gym_config
 from nemo_gym.cli.scaffold import scaffold
-from nemo_gym.process.launcher import Launcher
-from nemo_gym.openai_utils import new_response
+from nemo_gym.client.rollouts import read_rows
+from nemo_gym.config.paths import find_implementation, make_importable, search_roots, server_module_checked
 from nemo_gym.config.presets import environment_trio
 from nemo_gym.config.redaction import redact
-from nemo_gym.client.rollouts import read_rows
-from nemo_gym.server import find_server_class
-from nemo_gym.config.paths import find_implementation, make_importable, search_roots, server_module_checked
 from nemo_gym.env import DEFAULT_HOST, EXTRA_ROOTS_ENV
+from nemo_gym.openai_utils import new_response
+from nemo_gym.process import discovery
+from nemo_gym.process.launcher import Launcher
 
 
 def config_layers(args: argparse.Namespace) -> dict[str, Any]:
@@ -47,14 +47,14 @@ def config_layers(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def instances_from_args(args: argparse.Namespace) -> dict[str, gym_config.Instance]:
-    return gym_config.load(**config_layers(args))
+    return discovery.load(**config_layers(args))
 
 
 def resolve(args: argparse.Namespace) -> int:
     """Print the merged, interpolated config as YAML, after checking it as ``env start`` would."""
     layers = config_layers(args)
     data, sources = gym_config.resolve(layers["paths"], layers["overrides"], layers["roots"], layers.get("initial"))
-    gym_config.check_settings(gym_config.parse(data, sources, check_ports=False), layers["roots"])
+    discovery.check_settings(gym_config.parse(data, sources, check_ports=False), layers["roots"])
     print(yaml.safe_dump(redact(data), sort_keys=False), end="")
     return 0
 
@@ -117,7 +117,7 @@ def check_example_data(directory: Path, path: str | Path | None = None) -> int:
     module_name = f"resources_servers.{directory.name}.app"
     try:
         with server_module_checked(module_name) as module:
-            server_class = find_server_class(module)
+            server_class = discovery.find_server_class(module)
     except (ImportError, LookupError) as error:
         raise ValueError(f"{directory / 'app.py'}: cannot load a server app from {module_name}: {error!r}") from None
     seed_model, verify_model = body_model(server_class.seed_session), body_model(server_class.verify)

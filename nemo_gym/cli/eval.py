@@ -7,11 +7,11 @@ import asyncio
 import json
 
 from nemo_gym.cli.env import instances_from_args
-from nemo_gym.client.reading import ServerClient
+from nemo_gym.client.reading import ReadingClient
+from nemo_gym.client.rollouts import read_rows, run_episodes, write_results
 from nemo_gym.config import Instance, free_port
 from nemo_gym.process.head import fetch_instances
 from nemo_gym.process.launcher import Launcher
-from nemo_gym.client.rollouts import read_rows, run_episodes, write_results
 
 
 def pick_agent(instances: dict[str, Instance], requested: str | None) -> str:
@@ -26,7 +26,7 @@ def pick_agent(instances: dict[str, Instance], requested: str | None) -> str:
 
 
 async def evaluate(instances: dict[str, Instance], agent: str, rows: list[dict], args: argparse.Namespace) -> dict:
-    client = ServerClient(instances)
+    client = ReadingClient(instances)
     try:
         results = await run_episodes(client, agent, rows, args.concurrency)
         metrics = await client.post(agent, "/aggregate_metrics", json={"verify_responses": results})

@@ -137,9 +137,10 @@ from __future__ import annotations
 import pytest
 
 from nemo_gym import config as gym_config
-from nemo_gym.client.reading import ServerClient
-from nemo_gym.process.launcher import Launcher
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.openai_utils import new_response
+from nemo_gym.process import discovery
+from nemo_gym.process.launcher import Launcher
 
 NAME = "{name}"
 TASK = {{"responses_create_params": {{"input": "The counter starts at 2. Add 3, then get the count and tell me."}}}}
@@ -153,7 +154,7 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="module")
 def launcher():
     instances = gym_config.parse({{NAME: {{"resources_servers": {{NAME: {{}}}}}}}})
-    gym_config.check_settings(instances)
+    discovery.check_settings(instances)
     launcher = Launcher(instances, gym_config.free_port()).start(timeout=60)
     try:
         yield launcher
@@ -161,7 +162,7 @@ def launcher():
         launcher.stop()
 
 
-async def call(client: ServerClient, path: str, cookies: dict[str, str], body: dict) -> dict:
+async def call(client: ReadingClient, path: str, cookies: dict[str, str], body: dict) -> dict:
     reply = await client.post(NAME, path, json=body, cookies=cookies)
     assert reply.status == 200, reply.text
     cookies.update(reply.cookies)
@@ -170,7 +171,7 @@ async def call(client: ServerClient, path: str, cookies: dict[str, str], body: d
 
 @pytest.mark.anyio
 async def test_a_seeded_session_keeps_its_count_and_verifies(launcher):
-    client = ServerClient(launcher.instances)
+    client = ReadingClient(launcher.instances)
     try:
         cookies: dict[str, str] = {{}}
         await call(client, "/seed_session", cookies, {{**TASK, "initial_count": 2}})

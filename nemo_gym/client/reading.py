@@ -1,7 +1,7 @@
 """The reading client: calls an instance by name and returns the finished reply (``ServerReply``).
 
-It is ``nemo_gym.server_utils.ServerClient`` (same pool, same name lookup) with calls that read the
-reply before returning, for callers that want status, JSON body and cookies in one value: rollout
+It is upstream's ``ServerClient`` (``nemo_gym.server_utils``: same pool, same name lookup) with calls
+that read the reply before returning, for callers that want status, JSON body and cookies in one value: rollout
 drivers, tests, scripts.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 from omegaconf import OmegaConf
 
-from nemo_gym.config import Instance, merge
-from nemo_gym.server_utils import DEFAULT_TIMEOUT, ServerClient as UpstreamServerClient
+from nemo_gym.config import Instance, config_of
+from nemo_gym.server_utils import DEFAULT_TIMEOUT, ServerClient
 from nemo_gym.sessions.cookie import session_cookie_name
 
 
@@ -42,15 +42,7 @@ class ServerReply:
             return cls(response.status, body, {key: morsel.value for key, morsel in response.cookies.items()}, text)
 
 
-def config_of(instances: dict[str, Instance]) -> dict:
-    """The ``{name: {type: {implementation: settings}}}`` config of some instances."""
-    data: dict = {}
-    for instance in instances.values():
-        data = merge(data, instance.to_dict())
-    return data
-
-
-class ServerClient(UpstreamServerClient):
+class ReadingClient(ServerClient):
     """Every call names the target instance and passes the session's cookies explicitly."""
 
     def __init__(self, instances: dict[str, Instance], limit: int = 0) -> None:

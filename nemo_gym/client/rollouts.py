@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 from tqdm import tqdm
 
-from nemo_gym.client.reading import ServerClient
+from nemo_gym.client.reading import ReadingClient
 
 
 def read_rows(path: str | Path, limit: int | None = None, num_repeats: int = 1) -> list[dict[str, Any]]:
@@ -32,7 +32,7 @@ def read_rows(path: str | Path, limit: int | None = None, num_repeats: int = 1) 
     return [row for row in rows for _ in range(num_repeats)]
 
 
-async def run_episode(client: ServerClient, agent: str, row: dict[str, Any]) -> dict[str, Any]:
+async def run_episode(client: ReadingClient, agent: str, row: dict[str, Any]) -> dict[str, Any]:
     """One episode through ``/run``. A failed episode is recorded with reward 0.0 and its error.
 
     An agent that cannot be reached (refused, reset, timed out) is such a failure too, with status
@@ -48,7 +48,7 @@ async def run_episode(client: ServerClient, agent: str, row: dict[str, Any]) -> 
 
 
 async def run_episodes(
-    client: ServerClient, agent: str, rows: Iterable[dict[str, Any]], concurrency: int, progress: bool = True
+    client: ReadingClient, agent: str, rows: Iterable[dict[str, Any]], concurrency: int, progress: bool = True
 ) -> list[dict[str, Any]]:
     rows = list(rows)
     gate = asyncio.Semaphore(concurrency)

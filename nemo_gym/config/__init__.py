@@ -1,14 +1,14 @@
-"""Load, merge, validate and resolve the YAML configs that describe which servers to run.
+"""Merge, validate and resolve the YAML configs that describe which servers to run.
 
 A config maps instance names to ``{server_type: {implementation: {settings}}}``. Its other top-level
 keys are upstream NeMo Gym's reserved global keys and plain variables (``policy_base_url`` ...), which
-``${...}`` interpolations refer to. Loading checks everything that can be checked before a process
-starts, and every error names the file and the key it is about.
+``${...}`` interpolations refer to. Everything here is checked from the config alone, and every error
+names the file and the key it is about; checking each instance against its server's own config model
+needs the server's code (``nemo_gym.process.discovery``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import re
 import socket
@@ -17,12 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from nemo_gym.config import directives, files, interpolation
-from nemo_gym.env import DEFAULT_HOST
 from nemo_gym.config.files import ConfigError, Sources, instance_kind
-from nemo_gym.config.paths import INSTALL_ROOT, SERVER_TYPES, find_implementation, make_importable, search_roots, server_module_checked
+from nemo_gym.config.paths import INSTALL_ROOT, SERVER_TYPES, search_roots
+from nemo_gym.env import DEFAULT_HOST
 
 REPO_ROOT = INSTALL_ROOT
 INSTANCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
@@ -58,7 +56,7 @@ class Instance:
     source: str = field(default="<config>", compare=False)
     # The file that set each setting, when the config came from several files.
     key_sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
-    # Where the server's code was found (set by check_settings).
+    # Where the server's code was found (set by nemo_gym.process.discovery.check_settings).
     directory: Path | None = field(default=None, compare=False)
 
     @property
@@ -86,6 +84,13 @@ class Instance:
     def to_dict(self) -> dict[str, Any]:
         return {self.name: {self.server_type: {self.implementation: dict(self.settings)}}}
 
+    def where(self, key: str | None = None) -> str:
+        """``file: instance.type.implementation[.key]``, naming the file that set ``key`` when it is known."""
+        setting = key.split(".", 1)[0] if key else None
+        source = self.key_sources.get(setting, self.source) if setting else self.source
+        path = f"{self.name}.{self.server_type}.{self.implementation}"
+        return f"{source}: {path}.{key}" if key else f"{source}: {path}"
+
 
 def merge(base: dict, override: dict) -> dict:
     """Deep-merge two config mappings; values in ``override`` win."""
@@ -96,6 +101,14 @@ def merge(base: dict, override: dict) -> dict:
         else:
             merged[key] = value
     return merged
+
+
+def config_of(instances: dict[str, Instance]) -> dict:
+    """The ``{name: {type: {implementation: settings}}}`` config of some instances."""
+    data: dict = {}
+    for instance in instances.values():
+        data = merge(data, instance.to_dict())
+    return data
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
@@ -147,58 +160,6 @@ def resolve(
     return interpolation.resolve(expanded, sources), sources
 
 
-def load(
-    paths: Iterable[str | Path],
-    check_ports: bool = True,
-    overrides: Iterable[str] = (),
-    roots: list[Path] | None = None,
-    initial: tuple[str, dict] | None = None,
-) -> dict[str, Instance]:
-    """Read config files, env.yaml files and overrides, and check each instance against its server's own config model."""
-    roots = search_roots() if roots is None else roots
-    data, sources = resolve(paths, overrides, roots, initial)
-    instances = parse(data, sources, check_ports)
-    check_settings(instances, roots)
-    return instances
-
-
-def check_settings(instances: dict[str, Instance], roots: list[Path] | None = None) -> None:
-    """Find every instance's code and validate its settings with its server's config model (unknown keys are typos)."""
-    roots = search_roots() if roots is None else roots
-    for instance in instances.values():
-        try:
-            instance.directory = find_implementation(instance.server_type, instance.implementation, roots)
-        except LookupError as error:
-            raise ConfigError(f"{_where(instance)}: {error}") from None
-        if not (instance.directory / instance.settings["entrypoint"]).is_file():
-            raise ConfigError(f"{_where(instance, 'entrypoint')}: no file {instance.directory / instance.settings['entrypoint']}")
-        make_importable(instance.directory)
-        from nemo_gym.server import find_server_class  # nemo_gym.server imports this module
-
-        with contextlib.ExitStack() as stack:
-            try:
-                module = stack.enter_context(server_module_checked(instance.module))
-                server_class = find_server_class(module)
-            except (ImportError, LookupError) as error:
-                raise ConfigError(f"{_where(instance, 'entrypoint')}: cannot load a server app from {instance.module}: {error!r}") from error
-            if not Path(module.__file__).resolve().is_relative_to(instance.directory):
-                raise ConfigError(f"{_where(instance)}: {instance.module} was already imported from {module.__file__}, not from {instance.directory}")
-            try:
-                server_class.validate_config(instance.name, instance.settings)
-            except ValidationError as error:
-                problem = error.errors()[0]
-                key = ".".join(str(part) for part in problem["loc"])
-                raise ConfigError(f"{_where(instance, key)}: {problem['msg']}") from None
-
-
-def _where(instance: Instance, key: str | None = None) -> str:
-    """``file: instance.type.implementation[.key]``, naming the file that set ``key`` when it is known."""
-    setting = key.split(".", 1)[0] if key else None
-    source = instance.key_sources.get(setting, instance.source) if setting else instance.source
-    path = f"{instance.name}.{instance.server_type}.{instance.implementation}"
-    return f"{source}: {path}.{key}" if key else f"{source}: {path}"
-
-
 def _parse_instance(name: str, body: Any, sources: Sources) -> Instance:
     source = sources.of(name)
     where = f"{source}: {name}"
@@ -223,10 +184,10 @@ def _parse_instance(name: str, body: Any, sources: Sources) -> Instance:
     settings.setdefault("num_workers", 1)
     workers = settings["num_workers"]
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise ConfigError(f"{_where(instance, 'num_workers')}: must be a whole number of at least 1, got {workers!r}")
+        raise ConfigError(f"{instance.where('num_workers')}: must be a whole number of at least 1, got {workers!r}")
     port = settings.get("port")
     if port is not None and (not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536):
-        raise ConfigError(f"{_where(instance, 'port')}: must be a TCP port number, got {port!r}")
+        raise ConfigError(f"{instance.where('port')}: must be a TCP port number, got {port!r}")
     return instance
 
 
@@ -235,10 +196,10 @@ def _check_refs(instance: Instance, instances: dict[str, Instance]) -> None:
         if isinstance(value, dict) and set(value) == {"type", "name"}:
             target = instances.get(value["name"])
             if target is None:
-                raise ConfigError(f"{_where(instance, key)}: refers to instance {value['name']!r}, which the config does not define")
+                raise ConfigError(f"{instance.where(key)}: refers to instance {value['name']!r}, which the config does not define")
             if target.server_type != value["type"]:
                 raise ConfigError(
-                    f"{_where(instance, key)}: instance {value['name']!r} is a {target.server_type}, not a {value['type']}"
+                    f"{instance.where(key)}: instance {value['name']!r} is a {target.server_type}, not a {value['type']}"
                 )
 
 
@@ -253,7 +214,7 @@ def _claim_port(instance: Instance, port: int, taken: dict[int, list[Instance]])
     """Two instances of one config cannot listen on the same address."""
     for other in taken.get(port, []):
         if _clashes(other.host, instance.host):
-            raise ConfigError(f"{_where(instance, 'port')}: port {port} on {instance.host} is also the port of instance {other.name!r}")
+            raise ConfigError(f"{instance.where('port')}: port {port} on {instance.host} is also the port of instance {other.name!r}")
     taken.setdefault(port, []).append(instance)
 
 
@@ -267,7 +228,7 @@ def _resolve_port(instance: Instance, check_ports: bool, taken: dict[int, list[I
             instance.settings["port"] = port
             _claim_port(instance, port, taken)
         elif check_ports and port_in_use(instance.host, port):
-            raise ConfigError(f"{_where(instance, 'port')}: port {port} on {instance.host} is already in use")
+            raise ConfigError(f"{instance.where('port')}: port {port} on {instance.host} is already in use")
     except OSError as error:
-        raise ConfigError(f"{_where(instance, 'host')}: cannot listen on {instance.host!r}: {error.strerror or error}") from None
+        raise ConfigError(f"{instance.where('host')}: cannot listen on {instance.host!r}: {error.strerror or error}") from None
 

@@ -10,9 +10,9 @@ import uvicorn
 from fastapi import FastAPI
 
 from nemo_gym import config as gym_config
+from nemo_gym.config.redaction import redact
 from nemo_gym.env import CONFIG_PATH_ENV, DEFAULT_HOST, HEAD_PORT_ENV
 from nemo_gym.middleware.input_limits import InputLimits
-from nemo_gym.config.redaction import redact
 
 
 def build_app(config_path: str) -> FastAPI:

@@ -15,8 +15,8 @@ import urllib.request
 from glob import escape as glob_escape
 from pathlib import Path
 
-from nemo_gym.config import REPO_ROOT, Instance, merge
-from nemo_gym.env import CONFIG_PATH_ENV, DEFAULT_HOST, EXTRA_ROOTS_ENV, HEAD_PORT_ENV, INSTANCE_ENV, SOCKET_DIR_ENV, WORKER_LOG_DIR_ENV
+from nemo_gym.config import REPO_ROOT, Instance, config_of
+from nemo_gym.env import CONFIG_PATH_ENV, DEFAULT_HOST, EXTRA_ROOTS_ENV, HEAD_PORT_ENV, INSTANCE_ENV, SERVER_PROCESS_MODULE, SOCKET_DIR_ENV, WORKER_LOG_DIR_ENV
 from nemo_gym.routing.liveness import life_sockets, live_workers
 from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
 
@@ -61,10 +61,7 @@ class Launcher:
         return f"http://{DEFAULT_HOST}:{self.head_port}"
 
     def resolved_config(self) -> dict:
-        resolved: dict = {}
-        for instance in self.instances.values():
-            resolved = merge(resolved, instance.to_dict())
-        return resolved
+        return config_of(self.instances)
 
     def start(self, timeout: float | None = None) -> "Launcher":
         """Start every server and wait until all serve, for ``timeout`` seconds (default: ``start_timeout``)."""
@@ -83,7 +80,7 @@ class Launcher:
                 if instance.num_workers > 1:
                     self.socket_dirs[name] = make_socket_dir()
                 own_env = {**env, INSTANCE_ENV: name, SOCKET_DIR_ENV: self.socket_dirs.get(name, "")}
-                self.processes[name] = self._spawn(name, ["nemo_gym.process.run"], own_env)
+                self.processes[name] = self._spawn(name, [SERVER_PROCESS_MODULE], own_env)
             self.processes["head"] = self._spawn("head", ["nemo_gym.process.head"], env)
             urls = {name: instance.url for name, instance in self.instances.items()} | {"head": self.head_url}
             self._wait_ready(urls, timeout)

@@ -18,16 +18,28 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from nemo_gym import config as gym_config
+from nemo_gym.config.paths import import_server_module
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.store import SessionStore, StoreError, store_path
-from nemo_gym.env import CONFIG_PATH_ENV, ENTRYPOINT_ENV, INSTANCE_ENV, NUM_WORKERS_ENV, SOCKET_DIR_ENV, WORKER_ENV, WORKER_LOG_DIR_ENV
+from nemo_gym.env import (
+    CONFIG_PATH_ENV,
+    ENTRYPOINT_ENV,
+    INSTANCE_ENV,
+    NUM_WORKERS_ENV,
+    SERVER_PROCESS_MODULE,
+    SOCKET_DIR_ENV,
+    WORKER_ENV,
+    WORKER_LOG_DIR_ENV,
+)
 from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.process.discovery import find_server_class
 from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
-from nemo_gym.server import SimpleServer, find_server_class
-from nemo_gym.config.paths import import_server_module
+from nemo_gym.server import SimpleServer
 from nemo_gym.sessions.secret import SecretError, session_secret
 
 KEEP_ALIVE_SECONDS = 75
+# What each worker of a multi-worker server calls to build its app.
+WORKER_APP = f"{SERVER_PROCESS_MODULE}:worker_app"
 
 
 def this_instance() -> gym_config.Instance:
@@ -71,11 +83,10 @@ def check_store(server_class: type[SimpleServer], config: BaseRunServerInstanceC
         SessionStore(store_path(name)).close()
 
 
-def serve(server_class: type[SimpleServer] | None = None) -> None:
+def serve() -> None:
     """Serve the instance the environment names, with as many workers as its config asks for."""
     instance = this_instance()
-    if server_class is None:
-        server_class = find_server_class(import_server_module(instance.module))
+    server_class = find_server_class(import_server_module(instance.module))
     try:
         session_secret(instance.name, instance.settings.get("session_secret"))
     except SecretError as error:
@@ -113,11 +124,11 @@ def serve(server_class: type[SimpleServer] | None = None) -> None:
     # Every routed worker serves a private socket in this directory; it goes when the server stops. A
     # launcher may hand one over, so that it can remove it even if this process is killed.
     if not server_class.is_routed(config) or os.environ.get(SOCKET_DIR_ENV):
-        uvicorn.run("nemo_gym.process.run:worker_app", **options)
+        uvicorn.run(WORKER_APP, **options)
         return
     os.environ[SOCKET_DIR_ENV] = socket_dir = make_socket_dir()
     try:
-        uvicorn.run("nemo_gym.process.run:worker_app", **options)
+        uvicorn.run(WORKER_APP, **options)
     finally:
         remove_socket_dir(socket_dir)
 

@@ -16,8 +16,8 @@ import socket
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.middleware.input_limits import InputLimits, LimitedHttpToolsProtocol
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
+from nemo_gym.middleware.input_limits import InputLimits, LimitedHttpToolsProtocol
 from nemo_gym.routing.worker import same_user
 
 # The forwarding worker's note of the caller's address; trusted only on arrival here.

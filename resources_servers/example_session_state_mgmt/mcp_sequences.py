@@ -14,13 +14,13 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from nemo_gym.client.reading import ServerClient
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.sessions.token import TOKEN_HEADER
 
 FIRST_START = 100  # not 0: a counter missing on another worker also reads as 0
 
 
-async def one_sequence(client: ServerClient, server: str, start: int) -> int | None:
+async def one_sequence(client: ReadingClient, server: str, start: int) -> int | None:
     """Seed at ``start``, add 1 then 2 over ``/mcp``; the count the server reports, or None if it has none."""
     seed = await client.post(server, "/seed_session", json={"initial_count": start})
     if not seed.ok:
@@ -39,7 +39,7 @@ async def one_sequence(client: ServerClient, server: str, start: int) -> int | N
     return None if result.is_error else json.loads(result.content[0].text)["count"]
 
 
-async def run_sequences(client: ServerClient, server: str, count: int) -> list[bool]:
+async def run_sequences(client: ReadingClient, server: str, count: int) -> list[bool]:
     """Run ``count`` sequences at once; each is True when it ended with the right count."""
     starts = [FIRST_START + number for number in range(count)]
     counts = await asyncio.gather(*(one_sequence(client, server, start) for start in starts))

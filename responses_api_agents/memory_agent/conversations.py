@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 
-from nemo_gym.client.reading import ServerClient, ServerReply
+from nemo_gym.client.reading import ReadingClient, ServerReply
 
 THINK_SECONDS = 0.05
 
@@ -20,7 +20,7 @@ def function_calls(reply: ServerReply) -> list[tuple[str, dict]]:
     return [(item["name"], json.loads(item["arguments"])) for item in reply.body["output"] if item["type"] == "function_call"]
 
 
-async def two_turn_conversation(client: ServerClient, agent: str, number: int) -> dict:
+async def two_turn_conversation(client: ReadingClient, agent: str, number: int) -> dict:
     """One conversation: ``{"continued": bool}``, plus ``"error"`` when a turn failed or turn 1 went astray."""
     turn_one = await first_turn(client, agent, number)
     if not isinstance(turn_one, ServerReply):
@@ -29,7 +29,7 @@ async def two_turn_conversation(client: ServerClient, agent: str, number: int) -
     return await second_turn(client, agent, number, turn_one)
 
 
-async def first_turn(client: ServerClient, agent: str, number: int) -> ServerReply | dict:
+async def first_turn(client: ReadingClient, agent: str, number: int) -> ServerReply | dict:
     """Turn 1's reply, which asks for increment_counter(1000 + number); or the failed conversation's result."""
     task = f"The counter starts at 0. Add {1000 + number}, then add {5000 + number}, then get the count and tell me."
     turn_one = await client.post(agent, "/v1/responses", json={"input": task})
@@ -38,7 +38,7 @@ async def first_turn(client: ServerClient, agent: str, number: int) -> ServerRep
     return turn_one
 
 
-async def second_turn(client: ServerClient, agent: str, number: int, turn_one: ServerReply) -> dict:
+async def second_turn(client: ReadingClient, agent: str, number: int, turn_one: ServerReply) -> dict:
     """Turn 2 sends only the call's output: ``continued`` when the model asks for the next addition."""
     output = {"type": "function_call_output", "call_id": turn_one.body["output"][0]["call_id"], "output": '{"success": true}'}
     turn_two = await client.post(agent, "/v1/responses", json={"input": [output]}, cookies=turn_one.cookies)
@@ -47,7 +47,7 @@ async def second_turn(client: ServerClient, agent: str, number: int, turn_one: S
     return {"continued": function_calls(turn_two) == [("increment_counter", {"count": 5000 + number})]}
 
 
-async def run_conversations(client: ServerClient, agent: str, count: int, concurrency: int) -> list[dict]:
+async def run_conversations(client: ReadingClient, agent: str, count: int, concurrency: int) -> list[dict]:
     gate = asyncio.Semaphore(concurrency)
 
     async def one(number: int) -> dict:

@@ -10,6 +10,7 @@ import pytest
 import requests
 
 from nemo_gym import config as gym_config
+from nemo_gym.process import discovery
 from nemo_gym.process.launcher import Launcher
 
 SECRET = "a-configured-session-secret-nobody-may-see"
@@ -46,7 +47,7 @@ RSS_GROWTH_LIMIT_KB = 20 * 1024
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Launcher]:
     instances = gym_config.parse(STACK)
-    gym_config.check_settings(instances)
+    discovery.check_settings(instances)
     with Launcher(instances, gym_config.free_port()) as launcher:
         yield launcher
 

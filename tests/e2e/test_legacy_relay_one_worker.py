@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from nemo_gym import config as gym_config
-from nemo_gym.client.reading import ServerClient
-from nemo_gym.config import REPO_ROOT
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.client.rollouts import run_episodes
+from nemo_gym.config import REPO_ROOT
 from resources_servers.example_session_state_mgmt.episodes import plus_one_plus_two
 
 COUNTER = "example_session_state_mgmt"
@@ -33,7 +33,7 @@ def counter_behind_relay(**counter_settings) -> dict:
 
 def run_through_relay(instances: dict) -> list[dict]:
     async def run() -> list[dict]:
-        client = ServerClient(instances)
+        client = ReadingClient(instances)
         try:
             return await run_episodes(client, RELAY, plus_one_plus_two(EPISODES), EPISODES, progress=False)
         finally:
@@ -52,7 +52,7 @@ def test_the_relay_hands_back_the_cookies_of_every_server_the_session_touched(st
     launcher = start_servers(counter_behind_relay(num_workers=1))
 
     async def one_episode():
-        client = ServerClient(launcher.instances)
+        client = ReadingClient(launcher.instances)
         try:
             return await client.post(RELAY, "/run", json=plus_one_plus_two(EPISODES)[0])
         finally:

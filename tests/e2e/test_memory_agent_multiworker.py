@@ -9,13 +9,12 @@ from collections import Counter
 
 import aiohttp
 
-from nemo_gym.client.reading import ServerClient, ServerReply
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.client.reading import ReadingClient, ServerReply
 from nemo_gym.sessions.secret import session_secret
 from responses_api_agents.memory_agent.conversations import first_turn, run_conversations, second_turn
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.e2e.test_memory_agent_one_worker import AGENT, CONVERSATIONS, converse, memory_stack
-from tests.unit_tests.routing_workers import session_of
+from tests.session_cookies import cookie_owner
 
 
 def test_200_two_turn_conversations_all_continue_at_four_workers(start_servers):
@@ -28,7 +27,7 @@ def test_conversations_break_with_routing_switched_off(start_servers):
     launcher = start_servers(memory_stack(route_sessions=False))
 
     async def run() -> list[dict]:
-        client = ServerClient(launcher.instances)
+        client = ReadingClient(launcher.instances)
         # Each turn on a connection of its own, 20 conversations at a time: a burst of connections to a kept-alive
         # pool can be accepted whole by one worker, and then every conversation would continue by luck.
         client._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), cookie_jar=aiohttp.DummyCookieJar())
@@ -47,11 +46,11 @@ def test_conversations_of_a_sigkilled_worker_continue_on_the_workers_that_adopt_
     secret = session_secret(AGENT)
 
     async def run() -> tuple[str, list[str], list[dict]]:
-        client = ServerClient(launcher.instances)
+        client = ReadingClient(launcher.instances)
         try:
             firsts = await asyncio.gather(*(first_turn(client, AGENT, number) for number in range(CONVERSATIONS)))
             assert all(isinstance(first, ServerReply) for first in firsts), [f for f in firsts if isinstance(f, dict)][:3]
-            owners = [session_of(secret, first.cookies[f"{AGENT}_session"])[OWNER_KEY] for first in firsts]
+            owners = [cookie_owner(first.cookies, AGENT, secret) for first in firsts]
             victim = Counter(owners).most_common(1)[0][0]
             pid = worker_pid_of_owner(launcher.processes[AGENT].pid, victim)
             os.kill(pid, signal.SIGKILL)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from nemo_gym import config as gym_config
-from nemo_gym.client.reading import ServerClient
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.config import REPO_ROOT
 from responses_api_agents.memory_agent.conversations import run_conversations
 
@@ -28,7 +28,7 @@ def memory_stack(**agent_settings) -> dict:
 
 def converse(instances: dict) -> list[dict]:
     async def run() -> list[dict]:
-        client = ServerClient(instances)
+        client = ReadingClient(instances)
         try:
             return await run_conversations(client, AGENT, CONVERSATIONS, CONVERSATIONS)
         finally:

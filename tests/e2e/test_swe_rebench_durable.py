@@ -12,9 +12,9 @@ from pathlib import Path
 
 import aiohttp
 
-from nemo_gym.client.reading import ServerClient
-from nemo_gym.process.launcher import Launcher
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.openai_utils import new_response
+from nemo_gym.process.launcher import Launcher
 from resources_servers.swe_rebench.tmpfs import mounts_under
 from responses_api_models.scripted_backend.app import swe_rebench_playbook
 from tests.e2e.test_swe_rebench_one_worker import EPISODES, SWE, episodes, sandboxes_in
@@ -46,7 +46,7 @@ def each_session(launcher: Launcher, jars: list[dict[str, str]], path: str, bodi
     """One request per session, all at once after a little think time; each jar takes the reply's cookie."""
 
     async def run() -> list[tuple[int, dict]]:
-        client = ServerClient(launcher.instances)
+        client = ReadingClient(launcher.instances)
 
         async def one(jar: dict[str, str], body: dict) -> tuple[int, dict]:
             await asyncio.sleep(0.02)

@@ -11,9 +11,9 @@ from pathlib import Path
 import yaml
 
 from nemo_gym import config as gym_config
-from nemo_gym.client.reading import ServerClient
-from nemo_gym.config import REPO_ROOT
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.client.rollouts import read_rows, run_episodes
+from nemo_gym.config import REPO_ROOT
 
 SWE = "swe_rebench"
 RELAY = "swe_rebench_legacy_agent"
@@ -48,7 +48,7 @@ def episodes(count: int = EPISODES) -> list[dict]:
 
 def run_through_relay(instances: dict, rows: list[dict]) -> list[dict]:
     async def run() -> list[dict]:
-        client = ServerClient(instances)
+        client = ReadingClient(instances)
         try:
             return await run_episodes(client, RELAY, rows, len(rows), progress=False)
         finally:
@@ -84,7 +84,7 @@ def test_sandboxes_of_sessions_never_verified_are_removed_when_the_server_stops(
     launcher = start_servers(swe_stack(sandbox_dir, num_workers=1))
 
     async def seed_three() -> None:
-        client = ServerClient(launcher.instances)
+        client = ReadingClient(launcher.instances)
         try:
             for row in episodes(3):
                 reply = await client.post(SWE, "/seed_session", json=row)

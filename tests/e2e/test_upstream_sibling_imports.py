@@ -10,8 +10,9 @@ import pytest
 import requests
 
 from nemo_gym import config as gym_config
-from nemo_gym.process.launcher import Launcher
 from nemo_gym.config.paths import search_roots
+from nemo_gym.process import discovery
+from nemo_gym.process.launcher import Launcher
 
 ROOT = Path(__file__).resolve().parents[1] / "upstream_style"
 SERVER_DIR = ROOT / "resources_servers" / "upstream_siblings"
@@ -22,7 +23,7 @@ WORKERS = {"siblings_one": 1, "siblings_two": 2}
 def launcher() -> Iterator[Launcher]:
     data = {name: {"resources_servers": {"upstream_siblings": {"num_workers": workers}}} for name, workers in WORKERS.items()}
     instances = gym_config.parse(data)
-    gym_config.check_settings(instances, search_roots([ROOT]))
+    discovery.check_settings(instances, search_roots([ROOT]))
     launcher = Launcher(instances, gym_config.free_port()).start(timeout=180)
     try:
         yield launcher

@@ -17,11 +17,12 @@ import aiohttp
 import pytest
 
 from nemo_gym import config as gym_config
-from nemo_gym.client.reading import ServerClient
-from nemo_gym.env import CONFIG_PATH_ENV, EXTRA_ROOTS_ENV, INSTANCE_ENV
-from nemo_gym.process.launcher import STOP_GRACE_SECONDS, Launcher
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.client.rollouts import read_rows, run_episodes
 from nemo_gym.config.paths import INSTALL_ROOT, search_roots
+from nemo_gym.env import CONFIG_PATH_ENV, EXTRA_ROOTS_ENV, INSTANCE_ENV
+from nemo_gym.process import discovery
+from nemo_gym.process.launcher import STOP_GRACE_SECONDS, Launcher
 
 ROOT = Path(__file__).resolve().parents[1] / "upstream_style"
 CONFIG = ROOT / "configs" / "upstream_style.yaml"
@@ -31,7 +32,7 @@ EPISODES = 200
 
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    instances = gym_config.load([CONFIG], roots=search_roots([ROOT]))
+    instances = discovery.load([CONFIG], roots=search_roots([ROOT]))
     launcher = Launcher(instances, gym_config.free_port()).start(timeout=180)
     try:
         yield launcher
@@ -40,7 +41,7 @@ def launcher() -> Iterator[Launcher]:
 
 
 async def play(instances: dict, rows: list[dict]) -> list[dict]:
-    client = ServerClient(instances)
+    client = ReadingClient(instances)
     try:
         return await run_episodes(client, "upstream_agent", rows, concurrency=EPISODES, progress=False)
     finally:
@@ -59,7 +60,7 @@ def test_the_agent_proxies_aggregate_metrics_to_the_resources_servers_hooks(laun
     rows = [{"reward": 1.0, "_ng_task_index": 0}, {"reward": 0.0, "_ng_task_index": 0}, {"reward": 1.0, "_ng_task_index": 1}]
 
     async def aggregate() -> dict:
-        client = ServerClient(launcher.instances)
+        client = ReadingClient(launcher.instances)
         try:
             return (await client.post("upstream_agent", "/aggregate_metrics", json={"verify_responses": rows})).body
         finally:

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import tempfile
 import uuid
-from base64 import b64decode, b64encode
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import aiohttp
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
-from itsdangerous import TimestampSigner
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
@@ -166,19 +163,5 @@ class Caller:
         await self.http.close()
 
 
-def session_of(secret: str, cookie: str) -> dict[str, Any]:
-    """The contents of a Starlette session cookie, read with the server's secret."""
-    return json.loads(b64decode(TimestampSigner(secret).unsign(cookie)))
-
-
-def signed_session(secret: str, session: dict[str, Any]) -> str:
-    """A session cookie with the given contents, signed as Starlette signs it."""
-    return TimestampSigner(secret).sign(b64encode(json.dumps(session).encode())).decode()
-
-
 def set_cookies(response: aiohttp.ClientResponse) -> list[str]:
     return response.headers.getall("Set-Cookie", [])
-
-
-def owner_of(worker: Worker, cookies: dict[str, str]) -> str | None:
-    return session_of(worker.server.secret, cookies[worker.server.session_cookie]).get(OWNER_KEY)

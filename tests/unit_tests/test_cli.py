@@ -11,9 +11,10 @@ import yaml
 from nemo_gym.cli import env as cli_env, eval as cli_eval
 from nemo_gym.cli.env import check_example_data
 from nemo_gym.cli.main import main
-from nemo_gym.config import REPO_ROOT, free_port, load
-from nemo_gym.process.launcher import LaunchError
+from nemo_gym.config import REPO_ROOT, free_port
 from nemo_gym.config.paths import search_roots
+from nemo_gym.process.discovery import load
+from nemo_gym.process.launcher import LaunchError
 
 COUNTER = "example_session_state_mgmt"
 COUNTER_DIR = REPO_ROOT / "resources_servers" / COUNTER

@@ -1,4 +1,4 @@
-"""ServerClient: no cookie jar; every call names its target and passes cookies explicitly."""
+"""ReadingClient: no cookie jar; every call names its target and passes cookies explicitly."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import PlainTextResponse
 
-from nemo_gym.client.reading import ServerClient, cookie_header
+from nemo_gym.client.reading import ReadingClient, cookie_header
 from nemo_gym.config import Instance, free_port
 from tests.unit_tests.in_process_server import serving
 
@@ -33,7 +33,7 @@ def cookie_echo_app() -> FastAPI:
 async def client():
     port = free_port()
     instances = {NAME: Instance(NAME, "resources_servers", "example_session_state_mgmt", {"host": "127.0.0.1", "port": port})}
-    client = ServerClient(instances)
+    client = ReadingClient(instances)
     async with serving(cookie_echo_app(), port):
         try:
             yield client
@@ -72,7 +72,7 @@ async def test_a_reply_that_is_not_json_keeps_its_text_and_has_no_body(client):
 
 def test_unknown_instance_name_is_a_clear_error():
     with pytest.raises(KeyError, match="no server instance named 'nobody'"):
-        ServerClient({}).url("nobody", "/")
+        ReadingClient({}).url("nobody", "/")
 
 
 def test_cookie_header_joins_name_value_pairs():

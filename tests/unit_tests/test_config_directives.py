@@ -8,6 +8,7 @@ import pytest
 
 from nemo_gym import config as gym_config
 from nemo_gym.config import ConfigError
+from nemo_gym.process import discovery
 
 IMPL = "example_session_state_mgmt"
 SETTINGS = f"counter.resources_servers.{IMPL}"
@@ -28,7 +29,7 @@ def write(path: Path, text: str) -> Path:
 
 
 def load(tmp_path: Path, text: str, overrides: list[str] = ()) -> dict[str, gym_config.Instance]:
-    return gym_config.load([write(tmp_path / "bench.yaml", text)], overrides=overrides, roots=[gym_config.REPO_ROOT])
+    return discovery.load([write(tmp_path / "bench.yaml", text)], overrides=overrides, roots=[gym_config.REPO_ROOT])
 
 
 def resolve(tmp_path: Path, text: str) -> dict:
@@ -108,7 +109,7 @@ def test_an_inherited_key_keeps_the_file_that_set_it_in_errors(tmp_path):
     base = write(tmp_path / "base.yaml", COUNTER.replace("num_workers: 2", "num_workers: 0"))
     top = write(tmp_path / "top.yaml", f"config_paths: [{base}]\nbench:\n  _inherit_from: counter\n")
     with pytest.raises(ConfigError) as error:
-        gym_config.load([top], roots=[gym_config.REPO_ROOT])
+        discovery.load([top], roots=[gym_config.REPO_ROOT])
     assert str(error.value).startswith(f"{base}: bench.resources_servers.{IMPL}.num_workers:")
 
 

@@ -26,7 +26,8 @@ from nemo_gym.client.reading import cookie_header
 from nemo_gym.routing.liveness import LifeName
 from nemo_gym.routing.worker import OWNER_KEY, new_worker_id, socket_address
 from resources_servers.example_session_state_mgmt import standard_clients
-from tests.unit_tests.routing_workers import EchoServer, Worker, signed_session, two_workers
+from tests.session_cookies import signed_session
+from tests.unit_tests.routing_workers import EchoServer, Worker, two_workers
 
 pytestmark = pytest.mark.anyio
 

@@ -9,10 +9,10 @@ from pydantic import BaseModel
 
 from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse, SimpleResourcesServer
-from nemo_gym.client.reading import ServerClient
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.judge import JudgeError, call_judge, reraise_judge_errors
 from nemo_gym.openai_utils import new_response
-from nemo_gym.server_utils import ServerClient as UpstreamServerClient
+from nemo_gym.server_utils import ServerClient
 from tests.unit_tests.in_process_server import serving
 
 NAME = "judged"
@@ -32,7 +32,7 @@ class JudgedServer(SimpleResourcesServer):
 @pytest.fixture
 async def client():
     instances = gym_config.parse({NAME: {"resources_servers": {"example_session_state_mgmt": {"port": gym_config.free_port()}}}})
-    client = ServerClient(instances)
+    client = ReadingClient(instances)
     async with serving(JudgedServer.for_instance(NAME, instances).build_app(), instances[NAME].port):
         yield client
     await client.close()
@@ -77,13 +77,13 @@ def judge_model_app() -> FastAPI:
 async def judge_client():
     port = gym_config.free_port()
     config = {"judge_model": {"responses_api_models": {"x": {"host": "127.0.0.1", "port": port}}}}
-    client = UpstreamServerClient(global_config_dict=OmegaConf.create(config))
+    client = ServerClient(global_config_dict=OmegaConf.create(config))
     async with serving(judge_model_app(), port):
         yield client
     await client.close()
 
 
-async def ask(client: UpstreamServerClient, text: str) -> Verdict:
+async def ask(client: ServerClient, text: str) -> Verdict:
     return await call_judge(client, server_name="judge_model", url_path="/v1/responses", json={"input": text}, response_model=Verdict)
 
 
@@ -108,7 +108,7 @@ async def test_call_judge_reports_a_reply_that_is_not_the_response_model_as_a_ju
 @pytest.mark.anyio
 async def test_call_judge_reports_an_unreachable_judge_as_a_judge_error():
     config = {"judge_model": {"responses_api_models": {"x": {"host": "127.0.0.1", "port": gym_config.free_port()}}}}
-    client = UpstreamServerClient(global_config_dict=OmegaConf.create(config))
+    client = ServerClient(global_config_dict=OmegaConf.create(config))
     with pytest.raises(JudgeError, match=r"^ClientConnectorError: "):
         await ask(client, "anyone?")
     await client.close()

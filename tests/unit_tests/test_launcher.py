@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from nemo_gym import config as gym_config
+from nemo_gym.config.paths import search_roots
+from nemo_gym.process import discovery
 from nemo_gym.process.launcher import START_TIMEOUT_PER_WORKER_SECONDS, START_TIMEOUT_SECONDS, LaunchError, Launcher
 from nemo_gym.routing.liveness import life_sockets, live_workers
 from nemo_gym.routing.worker import socket_address
-from nemo_gym.config.paths import search_roots
 
 COUNTER = {"counter": {"resources_servers": {"example_session_state_mgmt": {}}}}
 
@@ -159,7 +160,7 @@ def slow_start_instances(tmp_path: Path) -> dict[str, gym_config.Instance]:
     directory.mkdir(parents=True)
     (directory / "app.py").write_text(SLOW_START_APP)
     instances = gym_config.parse({"slow": {"resources_servers": {"slow_start": {"num_workers": 2}}}})
-    gym_config.check_settings(instances, search_roots([tmp_path]))
+    discovery.check_settings(instances, search_roots([tmp_path]))
     return instances
 
 

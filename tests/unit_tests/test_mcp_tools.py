@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import SimpleResourcesServer
-from nemo_gym.client.reading import ServerClient
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.mcp_tools import McpToolRouteError
 from nemo_gym.openai_utils import new_response
 from nemo_gym.routing.worker import OWNER_KEY, is_worker_id, make_socket_dir, remove_socket_dir
@@ -88,15 +88,15 @@ async def mcp_session(url: str, headers: dict[str, str] | None = None) -> AsyncI
 
 
 @contextlib.asynccontextmanager
-async def http_client(server: SimpleResourcesServer) -> AsyncIterator[ServerClient]:
-    client = ServerClient(server.instances)
+async def http_client(server: SimpleResourcesServer) -> AsyncIterator[ReadingClient]:
+    client = ReadingClient(server.instances)
     try:
         yield client
     finally:
         await client.close()
 
 
-async def seed(client: ServerClient, initial_count: int = 0) -> tuple[dict[str, str], dict[str, Any]]:
+async def seed(client: ReadingClient, initial_count: int = 0) -> tuple[dict[str, str], dict[str, Any]]:
     """Seed a session over HTTP; returns its cookies and the reply's ``mcp`` metadata."""
     reply = await client.post(NAME, "/seed_session", json={"initial_count": initial_count})
     assert reply.status == 200, reply.text

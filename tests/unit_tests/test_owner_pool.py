@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from fastapi import FastAPI, Request
 
-from nemo_gym.client.reading import ServerClient
-from nemo_gym.config import Instance, free_port
 from nemo_gym.client.owner_pool import cookie_owner
+from nemo_gym.client.reading import ReadingClient
+from nemo_gym.config import Instance, free_port
 from nemo_gym.routing.worker import OWNER_KEY
 from tests.unit_tests.in_process_server import serving
-from tests.unit_tests.routing_workers import signed_session
+from tests.session_cookies import signed_session
 
 WORKER = "0123456789abcdef"
 
@@ -46,7 +46,7 @@ async def test_a_server_that_labels_nothing_gets_every_call_and_keeps_one_connec
         return {"client_port": request.client.port, "cookie": request.cookies.get("plain_session")}
 
     port = free_port()
-    client = ServerClient({"plain": Instance("plain", "resources_servers", "example_session_state_mgmt", {"host": "127.0.0.1", "port": port})})
+    client = ReadingClient({"plain": Instance("plain", "resources_servers", "example_session_state_mgmt", {"host": "127.0.0.1", "port": port})})
     cookie = signed_session("s", {"session_id": "s", OWNER_KEY: WORKER})
     async with serving(app, port):
         try:

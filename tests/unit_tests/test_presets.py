@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from nemo_gym import config as gym_config
 from nemo_gym.config.presets import POLICY_MODEL, SCRIPTED_BACKEND, agent_name, environment_trio
+from nemo_gym.process import discovery
 
 COUNTER = "example_session_state_mgmt"
 
 
 def load(data: dict) -> dict[str, gym_config.Instance]:
     instances = gym_config.parse(data, check_ports=False)
-    gym_config.check_settings(instances)
+    discovery.check_settings(instances)
     return instances
 
 

@@ -9,7 +9,7 @@ import pytest
 from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import SimpleResourcesServer
 from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent
-from nemo_gym.client.reading import ServerClient
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.reward_profile import add_avg_sample_std_dev, compute_pass_majority_metrics, compute_subset_metrics, highest_k_metrics
 from tests.unit_tests.in_process_server import serving
 
@@ -32,7 +32,7 @@ async def aggregate(server_class: type, server_type: str, rows: list[dict], **se
     implementation = "example_session_state_mgmt" if server_type == "resources_servers" else "simple_agent"
     data = {"srv": {server_type: {implementation: {"port": gym_config.free_port(), **settings}}}}
     instances = gym_config.parse(data)
-    client = ServerClient(instances)
+    client = ReadingClient(instances)
     try:
         async with serving(server_class.for_instance("srv", instances).build_app(), instances["srv"].port):
             reply = await client.post("srv", "/aggregate_metrics", json={"verify_responses": rows})

@@ -8,9 +8,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from nemo_gym.client.reading import ServerClient
-from nemo_gym.config import Instance, free_port
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.client.rollouts import read_rows, run_episode, run_episodes, write_results
+from nemo_gym.config import Instance, free_port
 from tests.unit_tests.in_process_server import serving
 
 ROW = {"responses_create_params": {"input": "hi"}, "task": 1}
@@ -58,7 +58,7 @@ def test_read_rows_error_names_the_line_without_responses_create_params(tmp_path
 @pytest.mark.anyio
 async def test_a_failed_episode_is_recorded_with_reward_0_and_its_error():
     port = free_port()
-    client = ServerClient(agent_instances(port))
+    client = ReadingClient(agent_instances(port))
     try:
         async with serving(fake_agent(), port):
             results = await run_episodes(client, AGENT, [ROW, {**ROW, "task": 2}, ROW], concurrency=2, progress=False)
@@ -71,7 +71,7 @@ async def test_a_failed_episode_is_recorded_with_reward_0_and_its_error():
 
 @pytest.mark.anyio
 async def test_an_agent_that_cannot_be_reached_is_a_recorded_error_not_a_crash():
-    client = ServerClient(agent_instances(free_port()))
+    client = ReadingClient(agent_instances(free_port()))
     try:
         result = await run_episode(client, AGENT, ROW)
     finally:

@@ -17,12 +17,13 @@ from pydantic import BaseModel, Field, ValidationError
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import BaseResourcesServerConfig, ReverifyMode, SimpleResourcesServer
-from nemo_gym.client.reading import ServerClient
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.config import Instance, free_port
-from nemo_gym.global_config import get_global_config_dict
-from nemo_gym.server import SimpleServer, find_server_class
 from nemo_gym.env import CONFIG_PATH_ENV, INSTANCE_ENV, WORKER_ENV
-from nemo_gym.server_utils import ServerClient as UpstreamServerClient
+from nemo_gym.global_config import get_global_config_dict
+from nemo_gym.process.discovery import find_server_class
+from nemo_gym.server import SimpleServer
+from nemo_gym.server_utils import ServerClient
 from tests.unit_tests.in_process_server import serving
 
 NAME = "probe"
@@ -57,9 +58,9 @@ def probe_instances() -> dict[str, Instance]:
 
 @pytest.fixture
 async def probe():
-    """A running ProbeServer and a ServerClient that reaches it by name."""
+    """A running ProbeServer and a ReadingClient that reaches it by name."""
     instances = probe_instances()
-    client = ServerClient(instances)
+    client = ReadingClient(instances)
     async with serving(ProbeServer.for_instance(NAME, instances).build_app(), instances[NAME].port):
         try:
             yield client
@@ -204,7 +205,7 @@ def test_a_typo_in_an_upstream_style_config_is_an_error_naming_the_key():
 @pytest.mark.anyio
 async def test_pydantic_fields_and_private_attributes_hold_state_across_requests():
     instances = counter_instances(start=5)
-    client = ServerClient(instances)
+    client = ReadingClient(instances)
     async with serving(PydanticStateServer.for_instance("pyd", instances).build_app(), instances["pyd"].port):
         first = await client.post("pyd", "/increment", json={})
         again = await client.post("pyd", "/increment", json={}, cookies=first.cookies)
@@ -217,7 +218,7 @@ async def test_pydantic_fields_and_private_attributes_hold_state_across_requests
 async def test_get_reverify_mode_answers_the_mode_the_config_class_declares():
     for server_class, mode in ((PydanticStateServer, "stateless"), (SimpleResourcesServer, "unknown")):
         instances = counter_instances()
-        client = ServerClient(instances)
+        client = ReadingClient(instances)
         async with serving(server_class.for_instance("pyd", instances).build_app(), instances["pyd"].port):
             reply = await client.get("pyd", "/reverify_mode")
         await client.close()
@@ -263,7 +264,7 @@ def test_run_webserver_in_a_launcher_worker_returns_the_app_unserved(monkeypatch
 def unnamed_probe() -> ProbeServer:
     """A server built the way upstream's tests build one: an empty instance name, no launcher."""
     config = BaseResourcesServerConfig(host="127.0.0.1", port=0, entrypoint="", name="")
-    return ProbeServer(config=config, server_client=UpstreamServerClient(global_config_dict=OmegaConf.create({})))
+    return ProbeServer(config=config, server_client=ServerClient(global_config_dict=OmegaConf.create({})))
 
 
 @pytest.mark.anyio

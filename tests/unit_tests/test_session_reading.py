@@ -2,7 +2,8 @@
 
 Property-based: hypothesis writes Cookie and token headers (quoting, escapes, whitespace, other cookies
 around the session's, duplicates, empty values, non-ASCII bytes, a second Cookie header), and each is
-read twice in this process, once by the router's reader and once by the app behind the router.
+read twice in this process, once by the router's reader and once by the app behind the router. Served
+through the router, a request's cookie is verified once: the app's session layer loads what the router read.
 """
 
 from __future__ import annotations
@@ -12,17 +13,20 @@ import http.cookies
 import json
 import uuid
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from itsdangerous import TimestampSigner
 from starlette.requests import Request
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.routing.owner import AmbiguousSession
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, read_token, token_serializer
-from tests.unit_tests.routing_workers import McpPathEchoServer, instances, signed_session
+from tests.session_cookies import signed_session
+from tests.unit_tests.routing_workers import McpPathEchoServer, instances
 
 NAME = f"reading_{uuid.uuid4().hex[:8]}"
 SERVER = McpPathEchoServer.for_instance(NAME, instances(NAME, 2, session_secret="s" * 40))
@@ -32,9 +36,10 @@ OWNERS = ["a" * 16, "b" * 16]
 COOKIE = SERVER.session_cookie
 SERIALIZER = token_serializer(SERVER.secret)
 
+LOCAL_COOKIE = signed_session(SERVER.secret, {SESSION_ID_KEY: "s-local", OWNER_KEY: SERVER.worker_id})
 valid_cookies = st.sampled_from(
     [signed_session(SERVER.secret, {SESSION_ID_KEY: f"s-{owner}", OWNER_KEY: owner}) for owner in OWNERS]
-    + [signed_session(SERVER.secret, {SESSION_ID_KEY: "s-adopted"})]
+    + [signed_session(SERVER.secret, {SESSION_ID_KEY: "s-adopted"}), LOCAL_COOKIE]
 )
 garbage = st.text(alphabet=st.characters(codec="latin-1", exclude_characters=";"), max_size=12)
 cookie_values = st.one_of(valid_cookies, garbage, st.just(""))
@@ -87,8 +92,8 @@ def scope(path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
     }
 
 
-async def app_reply(request_scope: dict[str, Any]) -> dict[str, Any]:
-    """Serve the request with the app the router would hand it to locally; return the JSON reply."""
+async def app_reply(request_scope: dict[str, Any], app: Any = APP) -> dict[str, Any]:
+    """Serve the request with the app the router would hand it to locally (or with ``app``); return the JSON reply."""
     sent: list[dict[str, Any]] = []
 
     messages = [{"type": "http.request", "body": b"", "more_body": False}]
@@ -101,7 +106,7 @@ async def app_reply(request_scope: dict[str, Any]) -> dict[str, Any]:
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await APP(request_scope, receive, send)
+    await app(request_scope, receive, send)
     return json.loads(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body"))
 
 
@@ -142,4 +147,16 @@ def test_router_owner_is_the_owner_of_the_token_the_mcp_endpoint_reads(owners, r
 def test_one_session_cookie_among_others_is_never_ambiguous(session_cookie, others):
     header = "; ".join([*others, f"{COOKIE}={session_cookie}"]).encode("utf-8")
     owner = router_owner(scope("/echo/x", [(b"cookie", header)]))
-    assert owner in (*OWNERS, None)
+    assert owner in (*OWNERS, SERVER.worker_id, None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([LOCAL_COOKIE, f'"{LOCAL_COOKIE}"', f"  {LOCAL_COOKIE} "]), st.lists(cookie_pairs().filter(lambda pair: not pair.strip().startswith(COOKIE + "=")), max_size=3))
+def test_a_request_served_here_has_its_cookie_verified_once_and_the_app_loads_the_session_the_router_read(session_cookie, others):
+    header = "; ".join([*others, f"{COOKIE}={session_cookie}"]).encode("utf-8")
+    read_by_router = asyncio.run(ROUTER.owners.named_session(scope("/echo/x", [(b"cookie", header)])))
+    assert read_by_router is not None and read_by_router.get(OWNER_KEY) == SERVER.worker_id
+    with mock.patch.object(TimestampSigner, "unsign", autospec=True, side_effect=TimestampSigner.unsign) as unsign:
+        reply = asyncio.run(app_reply(scope("/echo/x", [(b"cookie", header)]), ROUTER))
+    assert unsign.call_count == 1
+    assert (reply["session_id"], reply["owner"]) == (read_by_router[SESSION_ID_KEY], SERVER.worker_id)

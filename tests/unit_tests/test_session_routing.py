@@ -20,17 +20,8 @@ from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.liveness import is_alive
 from nemo_gym.routing.worker import OWNER_KEY, socket_address
 from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, token_serializer
-from tests.unit_tests.routing_workers import (
-    two_workers,
-    Caller,
-    EchoServer,
-    McpPathEchoServer,
-    Worker,
-    owner_of,
-    session_of,
-    set_cookies,
-    signed_session,
-)
+from tests.session_cookies import cookie_owner, session_of, signed_session
+from tests.unit_tests.routing_workers import Caller, EchoServer, McpPathEchoServer, Worker, set_cookies, two_workers
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +47,7 @@ async def test_new_session_is_handled_locally_and_owned_by_its_worker(pair):
     body = await response.json()
     cookies = {key: morsel.value for key, morsel in response.cookies.items()}
     assert body["worker"] == a.server.worker_id
-    assert owner_of(a, cookies) == a.server.worker_id
+    assert cookie_owner(cookies, a.server.name, a.server.secret) == a.server.worker_id
 
 
 async def test_session_owned_by_other_worker_is_forwarded_with_a_single_set_cookie(pair):
@@ -466,7 +457,7 @@ async def test_a_503_for_a_busy_owner_sets_the_session_cookie_so_a_client_that_r
     b.server.forwarder.busy_wait_seconds = 0.5
     with unreachable(b, a):
         cookies = await read_reply(caller, b, cookies)  # the client's own reading of the 503's Set-Cookie, replacing its cookies
-    assert session_of(a.server.secret, cookies[a.server.session_cookie])[OWNER_KEY] == a.server.worker_id
+    assert cookie_owner(cookies, a.server.name, a.server.secret) == a.server.worker_id
     assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2
 
 
@@ -515,7 +506,7 @@ async def test_new_sessions_arriving_at_one_worker_are_started_on_the_one_that_s
         body = await response.json()
         assert body["body"] == f"seed {number}"  # the body the placement read first still arrives
         owners.append(body["worker"])
-        assert owner_of(a, {key: morsel.value for key, morsel in response.cookies.items()}) == body["worker"]
+        assert cookie_owner({key: morsel.value for key, morsel in response.cookies.items()}, a.server.name, a.server.secret) == body["worker"]
     assert abs(owners.count(a.server.worker_id) - owners.count(b.server.worker_id)) <= 4
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from nemo_gym import config as gym_config
 from nemo_gym.config.paths import search_roots
+from nemo_gym.process import discovery
 
 APP = '''
 from util import KIND
@@ -44,7 +45,7 @@ def test_two_servers_with_a_sibling_module_of_the_same_name_each_load_their_own(
         "beta": {"resources_servers": {"sibling_beta": {}}},
     }
     path_before = list(sys.path)
-    gym_config.check_settings(gym_config.parse(data, check_ports=False), search_roots([tmp_path]))
+    discovery.check_settings(gym_config.parse(data, check_ports=False), search_roots([tmp_path]))
     assert sys.modules["resources_servers.sibling_alpha.app"].KIND == "alpha"
     assert sys.modules["resources_servers.sibling_beta.app"].KIND == "beta"
     assert "util" not in sys.modules and sys.path == path_before

@@ -9,6 +9,7 @@ import pytest
 
 from nemo_gym import config as gym_config
 from nemo_gym.config import ConfigError
+from nemo_gym.process import discovery
 from nemo_gym.process.launcher import LaunchError, Launcher
 from nemo_gym.sessions.secret import MIN_SECRET_BYTES, SecretError, session_secret
 
@@ -60,7 +61,7 @@ def test_a_configured_secret_shorter_than_32_bytes_is_a_config_error_naming_the_
     path = tmp_path / "short.yaml"
     path.write_text("counter:\n  resources_servers:\n    example_session_state_mgmt:\n      session_secret: hunter2\n")
     with pytest.raises(ConfigError, match=r"short.yaml: counter\.resources_servers\.example_session_state_mgmt\.session_secret: .*7 bytes long"):
-        gym_config.load([path])
+        discovery.load([path])
 
 
 def race(state_dir: str, barrier, results) -> None:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from nemo_gym import config as gym_config
 from nemo_gym.config import ConfigError
 from nemo_gym.config_types import BaseRunServerInstanceConfig, DatasetConfig, ModelServerRef
+from nemo_gym.process import discovery
 
 COUNTER = """
 counter:
@@ -30,7 +31,7 @@ def write(path: Path, text: str) -> Path:
 def test_an_unknown_key_loads_with_a_warning_naming_it(tmp_path, caplog):
     path = write(tmp_path / "counter.yaml", COUNTER + "      judge_prompt_style: terse\n      num_workers: 2\n")
     with caplog.at_level(logging.WARNING, logger="nemo_gym"):
-        instances = gym_config.load([path])
+        instances = discovery.load([path])
     assert instances["counter"].num_workers == 2
     warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert any("'judge_prompt_style'" in message and "'counter'" in message for message in warnings), warnings
@@ -49,7 +50,7 @@ def test_a_near_miss_of_a_framework_key_is_refused_naming_both(tmp_path):
     for typo, meant in (("num_worker", "num_workers"), ("max_body_byte", "max_body_bytes"), ("numworkers", "num_workers")):
         path = write(tmp_path / "counter.yaml", COUNTER + f"      {typo}: 2\n")
         with pytest.raises(ConfigError) as error:
-            gym_config.load([path])
+            discovery.load([path])
         assert str(error.value).startswith(f"{path}: {COUNTER_AT}.{typo}:")
         assert f"'{meant}'" in str(error.value)
 
@@ -57,7 +58,7 @@ def test_a_near_miss_of_a_framework_key_is_refused_naming_both(tmp_path):
 def test_a_near_miss_of_a_servers_own_key_is_refused_naming_it(tmp_path):
     text = "policy_model:\n  responses_api_models:\n    vllm_model:\n      base_url: http://127.0.0.1:9/v1\n      model: m\n      timeout_secs: 5\n"
     with pytest.raises(ConfigError) as error:
-        gym_config.load([write(tmp_path / "model.yaml", text)])
+        discovery.load([write(tmp_path / "model.yaml", text)])
     assert "policy_model.responses_api_models.vllm_model.timeout_secs:" in str(error.value)
     assert "'timeout_seconds'" in str(error.value)
 

@@ -8,9 +8,10 @@ import pytest
 import requests
 
 from nemo_gym import config as gym_config
-from nemo_gym.client.reading import ServerClient
-from nemo_gym.process.launcher import Launcher
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.openai_utils import new_response
+from nemo_gym.process import discovery
+from nemo_gym.process.launcher import Launcher
 
 COUNTER = "counter"
 TASK = {"responses_create_params": {"input": "The counter starts at 2. Add 3, then get the count and tell me."}}
@@ -20,7 +21,7 @@ EMPTY_RESPONSE = new_response().model_dump(mode="json")
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
     instances = gym_config.parse({COUNTER: {"resources_servers": {"example_session_state_mgmt": {}}}})
-    gym_config.check_settings(instances)
+    discovery.check_settings(instances)
     launcher = Launcher(instances, gym_config.free_port()).start(timeout=60)
     try:
         yield launcher
@@ -30,14 +31,14 @@ def launcher() -> Iterator[Launcher]:
 
 @pytest.fixture
 async def client(launcher: Launcher):
-    client = ServerClient(launcher.instances)
+    client = ReadingClient(launcher.instances)
     try:
         yield client
     finally:
         await client.close()
 
 
-async def call(client: ServerClient, path: str, cookies: dict[str, str], body: dict) -> dict:
+async def call(client: ReadingClient, path: str, cookies: dict[str, str], body: dict) -> dict:
     """POST to the counter with a session's cookies; keeps any cookie the reply sets."""
     reply = await client.post(COUNTER, path, json=body, cookies=cookies)
     assert reply.status == 200, reply.text
@@ -45,7 +46,7 @@ async def call(client: ServerClient, path: str, cookies: dict[str, str], body: d
     return reply.body
 
 
-async def verify(client: ServerClient, cookies: dict[str, str], expected_count: int) -> dict:
+async def verify(client: ReadingClient, cookies: dict[str, str], expected_count: int) -> dict:
     return await call(client, "/verify", cookies, {**TASK, "response": EMPTY_RESPONSE, "expected_count": expected_count})
 
 

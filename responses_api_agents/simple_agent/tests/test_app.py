@@ -11,9 +11,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from nemo_gym import config as gym_config
-from nemo_gym.client.reading import ServerClient
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.config import free_port
 from nemo_gym.openai_utils import NeMoGymResponseFunctionToolCall
+from nemo_gym.process import discovery
 from resources_servers.example_session_state_mgmt.app import CounterServer
 from responses_api_agents.simple_agent.app import SimpleAgent
 from responses_api_models.scripted_backend.app import ScriptedBackend
@@ -76,7 +77,7 @@ def say_what_the_tool_said(first_turn: dict) -> Script:
 
 
 @contextlib.asynccontextmanager
-async def episode_servers(script: Script | None = None, model_url: str | None = None, max_steps: int | None = None) -> AsyncIterator[ServerClient]:
+async def episode_servers(script: Script | None = None, model_url: str | None = None, max_steps: int | None = None) -> AsyncIterator[ReadingClient]:
     """Counter, agent and vllm_model in front of ``script``, ``model_url``, or the embedded scripted backend."""
     async with contextlib.AsyncExitStack() as stack:
         if script is not None:
@@ -87,10 +88,10 @@ async def episode_servers(script: Script | None = None, model_url: str | None = 
             data = config({"backend_server": {"type": "responses_api_models", "name": SCRIPTED}}, max_steps)
             data[SCRIPTED] = {"responses_api_models": {"scripted_backend": {}}}
         instances = gym_config.parse(data)
-        gym_config.check_settings(instances)
+        discovery.check_settings(instances)
         for name, instance in instances.items():
             await stack.enter_async_context(serving(CLASSES[name].for_instance(name, instances).build_app(), instance.port))
-        client = ServerClient(instances)
+        client = ReadingClient(instances)
         stack.push_async_callback(client.close)
         yield client
 
@@ -196,7 +197,7 @@ async def test_run_passes_a_lost_session_on_as_410():
         return JSONResponse({"detail": "worker w1 is gone"}, 410)
 
     instances = gym_config.parse(config({"base_url": "http://127.0.0.1:9/v1"}))
-    client = ServerClient(instances)
+    client = ReadingClient(instances)
     async with serving(lost, instances[COUNTER].port), serving(SimpleAgent.for_instance(AGENT, instances).build_app(), instances[AGENT].port):
         reply = await client.post(AGENT, "/run", json=ROW)
     await client.close()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from nemo_gym.client.reading import ServerClient
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.config import REPO_ROOT, Instance, free_port
 from responses_api_models.scripted_backend.app import ScriptedBackend, next_turn
 from tests.unit_tests.in_process_server import serving
@@ -21,7 +21,7 @@ async def backend():
     port = free_port()
     settings = {"entrypoint": "app.py", "host": "127.0.0.1", "port": port, "num_workers": 1}
     instances = {BACKEND: Instance(BACKEND, "responses_api_models", "scripted_backend", settings)}
-    client = ServerClient(instances)
+    client = ReadingClient(instances)
     async with serving(ScriptedBackend.for_instance(BACKEND, instances).build_app(), port):
         try:
             yield client
@@ -33,7 +33,7 @@ def user(text: str) -> dict:
     return {"role": "user", "content": text}
 
 
-async def complete(client: ServerClient, messages: list[dict]) -> dict:
+async def complete(client: ReadingClient, messages: list[dict]) -> dict:
     reply = await client.post(BACKEND, "/v1/chat/completions", json={"model": "scripted", "messages": messages})
     assert reply.status == 200, reply.text
     assert reply.body["object"] == "chat.completion"

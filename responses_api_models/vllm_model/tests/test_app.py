@@ -11,9 +11,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response as RawResponse
 
 from nemo_gym import config as gym_config
-from nemo_gym.client.reading import ServerClient
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.config import ConfigError, Instance, free_port
 from nemo_gym.openai_utils import NeMoGymResponseOutputMessage, NeMoGymResponseOutputText, new_response
+from nemo_gym.process import discovery
 from responses_api_models.vllm_model.app import VLLMModel
 from tests.unit_tests.in_process_server import serving
 
@@ -45,14 +46,14 @@ def model_config(**settings) -> dict:
 def test_a_config_with_neither_base_url_nor_backend_server_is_refused_naming_the_key():
     instances = gym_config.parse(model_config(model="m"), {MODEL: "policy.yaml"})
     with pytest.raises(ConfigError, match="^policy.yaml: policy.responses_api_models.vllm_model.backend_server: .*base_url"):
-        gym_config.check_settings(instances)
+        discovery.check_settings(instances)
 
 
 def test_a_later_config_file_can_swap_backend_server_for_base_url(tmp_path):
     example = gym_config.REPO_ROOT / "resources_servers" / "example_session_state_mgmt" / "configs" / "example_session_state_mgmt.yaml"
     overlay = tmp_path / "real_model.yaml"
     overlay.write_text("policy_model:\n  responses_api_models:\n    vllm_model:\n      base_url: http://127.0.0.1:8000/v1\n      backend_server: null\n")
-    settings = gym_config.load([example, overlay])["policy_model"].settings
+    settings = discovery.load([example, overlay])["policy_model"].settings
     assert (settings["base_url"], settings["backend_server"]) == ("http://127.0.0.1:8000/v1", None)
 
 
@@ -61,16 +62,16 @@ def test_a_config_with_both_base_url_and_backend_server_is_refused_naming_the_ke
     data["other"] = {"responses_api_models": {"scripted_backend": {}}}
     instances = gym_config.parse(data, {MODEL: "policy.yaml"})
     with pytest.raises(ConfigError, match="^policy.yaml: policy.responses_api_models.vllm_model.backend_server: "):
-        gym_config.check_settings(instances)
+        discovery.check_settings(instances)
 
 
 @contextlib.asynccontextmanager
-async def model_server(base_url: str, **settings) -> AsyncIterator[ServerClient]:
+async def model_server(base_url: str, **settings) -> AsyncIterator[ReadingClient]:
     """The vllm_model server on a free port in front of ``base_url``; yields a client that reaches it."""
     port = free_port()
     config = {"host": "127.0.0.1", "port": port, "base_url": base_url, "model": "m", "timeout_seconds": 30, **settings}
     instances = {MODEL: Instance(MODEL, "responses_api_models", "vllm_model", {"entrypoint": "app.py", "num_workers": 1, **config})}
-    client = ServerClient(instances)
+    client = ReadingClient(instances)
     try:
         async with serving(VLLMModel.for_instance(MODEL, instances).build_app(), port):
             yield client
@@ -100,7 +101,7 @@ def backend(reply: RawResponse | None = None) -> tuple[FastAPI, list[dict]]:
     return app, seen
 
 
-async def ask(client: ServerClient, body: dict | None = None):
+async def ask(client: ReadingClient, body: dict | None = None):
     return await client.post(MODEL, "/v1/responses", json=body or {"input": "hi", "tools": [TOOL]})
 
 

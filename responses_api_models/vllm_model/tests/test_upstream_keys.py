@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 from nemo_gym import config as gym_config
 from nemo_gym.config import ConfigError
+from nemo_gym.process import discovery
 from responses_api_models.vllm_model.tests.test_app import ask, backend, completion, model_config, model_server
 from tests.unit_tests.in_process_server import serving
 
@@ -174,7 +175,7 @@ async def test_is_responses_native_sends_the_request_to_the_backends_responses_e
 def test_a_key_this_server_cannot_honour_is_refused_at_load_naming_the_key_and_why(settings, key, why):
     instances = gym_config.parse(model_config(base_url="http://127.0.0.1:9/v1", **settings), {"policy": "policy.yaml"})
     with pytest.raises(ConfigError) as error:
-        gym_config.check_settings(instances)
+        discovery.check_settings(instances)
     assert str(error.value).startswith(f"policy.yaml: policy.responses_api_models.vllm_model.{key}: ")
     assert why in str(error.value)
 
@@ -190,4 +191,4 @@ def test_upstream_defaults_and_keys_consulted_only_with_a_refused_one_load():
         "render_chat_template": True,
         "request_prompt_and_generation_token_ids": True,
     }
-    gym_config.check_settings(gym_config.parse(model_config(base_url="http://127.0.0.1:9/v1", **settings), {"policy": "policy.yaml"}))
+    discovery.check_settings(gym_config.parse(model_config(base_url="http://127.0.0.1:9/v1", **settings), {"policy": "policy.yaml"}))

@@ -18,7 +18,8 @@ import aiohttp
 from nemo_gym.client.reading import cookie_header
 from nemo_gym.routing.liveness import live_workers
 from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
-from scripts.bench_routing import VERIFY_BODY, Spawned, bench_server, owner_of, server_env, write_config
+from scripts.bench_routing import SECRET, VERIFY_BODY, Spawned, bench_server, server_env, write_config
+from tests.session_cookies import cookie_owner
 
 INSTANCE = "busy"
 QUEUED = 3000
@@ -57,8 +58,8 @@ async def block_and_queue(url: str) -> list[object]:
         timeout=aiohttp.ClientTimeout(total=120),
     ) as http:
         sessions = await asyncio.gather(*(seed(http, url) for _ in range(40)))
-        owner = owner_of(sessions[0], INSTANCE)
-        of_owner = [cookies for cookies in sessions if owner_of(cookies, INSTANCE) == owner]
+        owner = cookie_owner(sessions[0], INSTANCE, SECRET)
+        of_owner = [cookies for cookies in sessions if cookie_owner(cookies, INSTANCE, SECRET) == owner]
         blocker = asyncio.ensure_future(http.post(url + "/verify", json=VERIFY_BODY, headers={"Cookie": cookie_header(of_owner[0])}))
         await asyncio.sleep(0.5)  # the owner is now burning CPU in /verify, its event loop held
 
@@ -68,7 +69,7 @@ async def block_and_queue(url: str) -> list[object]:
                 await reply.read()
                 if reply.status == 503 and reply.headers.get("Retry-After"):
                     return "503 with Retry-After"
-                served_by = owner_of({name: morsel.value for name, morsel in reply.cookies.items()}, INSTANCE)
+                served_by = cookie_owner({name: morsel.value for name, morsel in reply.cookies.items()}, INSTANCE, SECRET)
                 return reply.status if served_by == owner else f"{reply.status} from a worker that is not the owner"
 
         statuses = await asyncio.gather(*(queued(number) for number in range(QUEUED)))

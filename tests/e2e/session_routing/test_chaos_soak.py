@@ -32,8 +32,8 @@ import httpx
 import pytest
 import requests
 
-from nemo_gym.process.launcher import Launcher
 from nemo_gym.openai_utils import new_response
+from nemo_gym.process.launcher import Launcher
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, Post
 from tests.e2e.session_routing.test_durable_sessions import COUNTER, counter_config
 

@@ -10,14 +10,12 @@ from pathlib import Path
 
 import aiohttp
 
-from nemo_gym.client.reading import ServerClient
-from nemo_gym.openai_utils import new_response
-from nemo_gym.config.presets import agent_name, environment_trio
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.client.rollouts import run_episodes
-from nemo_gym.routing.worker import OWNER_KEY
-from nemo_gym.sessions.secret import session_secret
+from nemo_gym.config.presets import agent_name, environment_trio
+from nemo_gym.openai_utils import new_response
 from resources_servers.example_session_state_mgmt.episodes import plus_one_plus_two
-from tests.unit_tests.routing_workers import session_of
+from tests.session_cookies import cookie_owner
 
 COUNTER = "example_session_state_mgmt"
 EPISODES = 200
@@ -30,7 +28,7 @@ def trio(num_workers: int, route_sessions: bool = True, durable_sessions: bool =
 
 
 async def run_all(instances) -> list[dict]:
-    client = ServerClient(instances)
+    client = ReadingClient(instances)
     try:
         return await run_episodes(client, agent_name(COUNTER), plus_one_plus_two(EPISODES), EPISODES, progress=False)
     finally:
@@ -62,7 +60,7 @@ async def seed_all(url: str) -> list[dict[str, str]]:
         return await asyncio.gather(*(seed(start) for start in range(EPISODES)))
 
 
-async def verify_all(client: ServerClient, cookies: list[dict[str, str]]) -> list:
+async def verify_all(client: ReadingClient, cookies: list[dict[str, str]]) -> list:
     async def verify(start: int, jar: dict[str, str]):
         await asyncio.sleep(0.05)  # think time, so requests spread over connections and workers
         body = {"responses_create_params": {"input": "x"}, "response": new_response().model_dump(mode="json"), "expected_count": start}
@@ -73,15 +71,14 @@ async def verify_all(client: ServerClient, cookies: list[dict[str, str]]) -> lis
 
 
 def owners(cookies: list[dict[str, str]]) -> list[str]:
-    secret = session_secret(COUNTER)
-    return [session_of(secret, jar[f"{COUNTER}_session"])[OWNER_KEY] for jar in cookies]
+    return [cookie_owner(jar, COUNTER) for jar in cookies]
 
 
 def test_seed_then_verify_sessions_all_score_and_spread_over_workers(start_servers):
     launcher = start_servers(trio(4))
 
     async def scenario():
-        client = ServerClient(launcher.instances)
+        client = ReadingClient(launcher.instances)
         try:
             cookies = await seed_all(launcher.instances[COUNTER].url)
             return cookies, await verify_all(client, cookies)
@@ -117,7 +114,7 @@ def test_without_durable_state_killed_worker_sessions_get_410_and_the_others_sti
         time.sleep(0.05)
 
     async def verify():
-        client = ServerClient(launcher.instances)
+        client = ReadingClient(launcher.instances)
         try:
             return await verify_all(client, cookies)
         finally:

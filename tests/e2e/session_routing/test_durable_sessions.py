@@ -20,12 +20,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from nemo_gym import config as gym_config
-from nemo_gym.client.reading import ServerClient
-from nemo_gym.process.launcher import Launcher
+from nemo_gym.client.reading import ReadingClient
 from nemo_gym.openai_utils import new_response
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.process.launcher import Launcher
 from tests.e2e.session_routing.test_counter_routing import seed_all, worker_pid_of_owner
-from tests.unit_tests.routing_workers import session_of
+from tests.session_cookies import cookie_owner, session_of
 
 COUNTER = "example_session_state_mgmt"
 COOKIE = f"{COUNTER}_session"
@@ -49,17 +48,13 @@ def rows(state_dir: Path) -> dict[str, tuple[str, int, str]]:
         return {row[0]: row[1:] for row in db.execute("SELECT session_id, owner, revision, state FROM sessions")}
 
 
-def owner_of(jar: dict[str, str]) -> str:
-    return session_of(SECRET, jar[COOKIE])[OWNER_KEY]
-
-
 def session_id_of(jar: dict[str, str]) -> str:
     return session_of(SECRET, jar[COOKIE])["session_id"]
 
 
 async def each_session(launcher: Launcher, jars: list[dict[str, str]], path: str, body) -> list[tuple[int, dict]]:
     """One request per session, all at once after a little think time; each jar takes the reply's cookie."""
-    client = ServerClient(launcher.instances)
+    client = ReadingClient(launcher.instances)
 
     async def one(number: int, jar: dict[str, str]) -> tuple[int, dict]:
         await asyncio.sleep(0.02)
@@ -124,11 +119,11 @@ def counter(state_dir: Path):
 def test_sessions_of_a_sigkilled_worker_are_adopted_and_all_200_episodes_score(counter, state_dir):
     jars = seed(counter)
     assert [status for status, _ in add(counter, jars, 1)] == [200] * EPISODES
-    victim, held = Counter(owner_of(jar) for jar in jars).most_common(1)[0]
+    victim, held = Counter(cookie_owner(jar, COUNTER, SECRET) for jar in jars).most_common(1)[0]
     kill(counter, victim)
 
     assert [status for status, _ in add(counter, jars, 2)] == [200] * EPISODES
-    assert victim not in {owner_of(jar) for jar in jars}, "every reply's Set-Cookie names a live owner"
+    assert victim not in {cookie_owner(jar, COUNTER, SECRET) for jar in jars}, "every reply's Set-Cookie names a live owner"
     verdicts = verify(counter, jars)
     assert held > 1 and all_score(verdicts), [body for status, body in verdicts if status != 200][:3]
 
@@ -173,10 +168,10 @@ def test_of_eight_workers_receiving_an_orphaned_session_at_once_exactly_one_adop
     launcher = launch(counter_config(8), tmp_path)
     try:
         jar = seed(launcher)[0]
-        kill(launcher, owner_of(jar))
+        kill(launcher, cookie_owner(jar, COUNTER, SECRET))
         replies = asyncio.run(race(launcher.instances[COUNTER].url, jar))
         assert [status for status, _ in replies] == [200] * RACERS
-        adopters = {owner_of({COOKIE: cookie}) for _, cookie in replies}
+        adopters = {cookie_owner({COOKIE: cookie}, COUNTER, SECRET) for _, cookie in replies}
         assert len(adopters) == 1
         owner, revision, state = rows(tmp_path)[session_id_of(jar)]
         # Seeded at 0 (revision 1), taken over once (2), then a write per group of increments committed
@@ -192,7 +187,7 @@ def test_a_restarted_server_continues_every_session_with_old_cookies_and_tokens(
     try:
         jars = seed(launcher)
         add(launcher, jars, 1)
-        client = ServerClient(launcher.instances)
+        client = ReadingClient(launcher.instances)
         token_seed = asyncio.run(client.post(COUNTER, "/seed_session", json={"initial_count": 500}))
         asyncio.run(client.close())
     finally:
@@ -201,13 +196,13 @@ def test_a_restarted_server_continues_every_session_with_old_cookies_and_tokens(
     try:
         add(launcher, jars, 2)
         assert all_score(verify(launcher, jars))
-        client = ServerClient(launcher.instances)
+        client = ReadingClient(launcher.instances)
         assert asyncio.run(continue_over_mcp(client, token_seed.body["mcp"]["headers"])) == 500 + 3
     finally:
         launcher.stop()
 
 
-async def continue_over_mcp(client: ServerClient, headers: dict[str, str]) -> int:
+async def continue_over_mcp(client: ReadingClient, headers: dict[str, str]) -> int:
     """Add 3 over /mcp with the token alone, and read the count."""
     try:
         async with (

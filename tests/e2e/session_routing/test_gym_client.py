@@ -1,4 +1,4 @@
-"""Gym's own client needs no hop: the counter at 4 workers, real processes, ``ServerClient`` as rollouts use it.
+"""Gym's own client needs no hop: the counter at 4 workers, real processes, ``ReadingClient`` as rollouts use it.
 
 Each reply names the worker that accepted its connection (``X-NeMo-Gym-Worker``); the client keeps
 connections labelled by it and sends a session's requests on a connection to the session's owner.
@@ -17,14 +17,13 @@ import pytest
 from starlette.requests import cookie_parser
 
 from nemo_gym import config as gym_config
-from nemo_gym.client.reading import DEFAULT_TIMEOUT, ServerClient
-from nemo_gym.process.launcher import Launcher
-from nemo_gym.openai_utils import new_response
 from nemo_gym.client.owner_pool import OwnerPool
-from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER
-from nemo_gym.sessions.secret import session_secret
+from nemo_gym.client.reading import DEFAULT_TIMEOUT, ReadingClient
+from nemo_gym.openai_utils import new_response
+from nemo_gym.process.launcher import Launcher
+from nemo_gym.routing.worker import WORKER_HEADER
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
-from tests.unit_tests.routing_workers import session_of
+from tests.session_cookies import cookie_owner
 
 COUNTER = "example_session_state_mgmt"
 COOKIE = f"{COUNTER}_session"
@@ -46,16 +45,12 @@ def counter() -> Iterator[Launcher]:
         launcher.stop()
 
 
-def owner_in(cookie: str) -> str:
-    return session_of(session_secret(COUNTER), cookie)[OWNER_KEY]
-
-
-async def step(client: ServerClient, path: str, body: dict, cookies: dict[str, str]) -> tuple[int, dict, dict[str, str]]:
+async def step(client: ReadingClient, path: str, body: dict, cookies: dict[str, str]) -> tuple[int, dict, dict[str, str]]:
     reply = await client.post(COUNTER, path, json=body, cookies=cookies)
     return reply.status, reply.body, {**cookies, **reply.cookies}
 
 
-async def episode(client: ServerClient, start: int) -> tuple[int, dict]:
+async def episode(client: ReadingClient, start: int) -> tuple[int, dict]:
     """seed start, +1, +2, verify start + 3: the first failing status and body, or the verify's."""
     status, body, cookies = await step(client, "/seed_session", {"initial_count": start}, {})
     for path, body in (("/increment_counter", {"count": 1}), ("/increment_counter", {"count": 2})):
@@ -67,7 +62,7 @@ async def episode(client: ServerClient, start: int) -> tuple[int, dict]:
     return status, reply
 
 
-async def episodes(client: ServerClient, starts: range) -> list[tuple[int, dict]]:
+async def episodes(client: ReadingClient, starts: range) -> list[tuple[int, dict]]:
     """Many tasks on one pooled client behind a semaphore, as rollout drivers run them."""
     gate = asyncio.Semaphore(CONCURRENCY)
 
@@ -78,7 +73,7 @@ async def episodes(client: ServerClient, starts: range) -> list[tuple[int, dict]
     return await asyncio.gather(*(one(start) for start in starts))
 
 
-async def warm_up(client: ServerClient) -> None:
+async def warm_up(client: ReadingClient) -> None:
     """Rounds of episodes until one opens no new connection: the pool has grown to what the load needs."""
     for _ in range(MAX_WARM_UP_ROUNDS):
         before = len(client.owner_pool.servers[COUNTER].connections) if COUNTER in client.owner_pool.servers else 0
@@ -100,7 +95,7 @@ class HopCounter:
         cookie = cookie_parser(params.headers.get("Cookie", "")).get(COOKIE)
         if not self.counting or cookie is None:
             return
-        if params.response.headers[WORKER_HEADER] == owner_in(cookie):
+        if params.response.headers[WORKER_HEADER] == cookie_owner({COOKIE: cookie}, COUNTER):
             self.direct += 1
         else:
             self.hops += 1
@@ -128,7 +123,7 @@ def test_replies_on_one_kept_alive_connection_all_name_the_worker_that_accepted_
 
     cookies, labels, counts = asyncio.run(scenario())
     [label] = set(labels)
-    owners = [owner_in(cookie) for cookie in cookies]
+    owners = [cookie_owner({COOKIE: cookie}, COUNTER) for cookie in cookies]
     assert label in owners and any(owner != label for owner in owners)  # local and forwarded replies alike
     assert counts == [start + 1 for start in range(40)]
 
@@ -137,7 +132,7 @@ def test_gym_client_sends_at_least_95_percent_of_non_first_requests_straight_to_
     hops = HopCounter()
 
     async def scenario() -> list[tuple[int, dict]]:
-        client = ServerClient(counter.instances)
+        client = ReadingClient(counter.instances)
         client.owner_pool = OwnerPool(timeout=DEFAULT_TIMEOUT, trace_configs=[hops.trace])
         try:
             await warm_up(client)
@@ -158,7 +153,7 @@ def test_pool_stays_bounded_over_2000_sessions(counter):
     excess: list[int] = []
 
     async def scenario() -> list[tuple[int, dict]]:
-        client = ServerClient(counter.instances)
+        client = ReadingClient(counter.instances)
         client.owner_pool = OwnerPool(max_kept=cap, timeout=DEFAULT_TIMEOUT)
         post = client.post
 
@@ -195,13 +190,13 @@ def test_gym_client_episodes_all_end_right_with_a_worker_sigkilled_mid_run(start
     count = 200
 
     async def scenario() -> tuple[str, list[tuple[int, dict]], list[str], list[str | None]]:
-        client = ServerClient(launcher.instances)
+        client = ReadingClient(launcher.instances)
         try:
             seeded = await asyncio.gather(*(step(client, "/seed_session", {"initial_count": start}, {}) for start in range(count)))
             jars = [cookies for _, _, cookies in seeded]
             halfway = await asyncio.gather(*(step(client, "/increment_counter", {"count": 1}, jar) for jar in jars))
             assert [status for status, _, _ in halfway] == [200] * count
-            victim = owner_in(jars[0][COOKIE])
+            victim = cookie_owner(jars[0], COUNTER)
             pid = worker_pid_of_owner(launcher.processes[COUNTER].pid, victim)
             os.kill(pid, signal.SIGKILL)
             async with asyncio.timeout(10):
@@ -219,7 +214,7 @@ def test_gym_client_episodes_all_end_right_with_a_worker_sigkilled_mid_run(start
             first = await finish(0, jars[0])  # the first request after the kill, on which the client learns of it
             labels = [connection.worker for connection in client.owner_pool.servers[COUNTER].connections]
             rest = await asyncio.gather(*(finish(start, jar) for start, jar in enumerate(jars) if start > 0))
-            return victim, [first, *rest], [owner_in(jar[COOKIE]) for jar in jars], labels
+            return victim, [first, *rest], [cookie_owner(jar, COUNTER) for jar in jars], labels
         finally:
             await client.close()
 

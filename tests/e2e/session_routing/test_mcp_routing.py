@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from nemo_gym.client.reading import ServerClient
+from nemo_gym.client.reading import ReadingClient
 from resources_servers.example_session_state_mgmt.mcp_sequences import run_sequences
 
 COUNTER = "example_session_state_mgmt"
@@ -17,7 +17,7 @@ def counter_config(route_sessions: bool) -> dict:
 
 
 async def all_sequences(instances) -> list[bool]:
-    client = ServerClient(instances)
+    client = ReadingClient(instances)
     try:
         return await run_sequences(client, COUNTER, CLIENTS)
     finally:

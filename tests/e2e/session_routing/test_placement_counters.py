@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.session_routing.test_durable_sessions import counter_config, owner_of
+from tests.e2e.session_routing.test_durable_sessions import COUNTER, SECRET, counter_config
 from tests.e2e.session_routing.test_vanished_files import on_fresh_connections
+from tests.session_cookies import cookie_owner
 
 WORKERS = 3
 NEW_SESSIONS = 45
@@ -71,5 +72,5 @@ def test_a_broken_placement_counter_kills_no_worker_and_new_sessions_still_sprea
     seeded = asyncio.run(on_fresh_connections(url, [("/seed_session", {}, None)] * NEW_SESSIONS))
     assert [status for status, _, _ in seeded] == [200] * NEW_SESSIONS
     assert worker_pids(placing) == before  # every worker lives: none was restarted
-    placed = Counter(owner_of(cookies) for _, _, cookies in seeded)
+    placed = Counter(cookie_owner(cookies, COUNTER, SECRET) for _, _, cookies in seeded)
     assert len(placed) == WORKERS and max(placed.values()) <= NEW_SESSIONS * 0.6, placed

@@ -16,11 +16,10 @@ import httpx
 import pytest
 from openai import AsyncOpenAI
 
-from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.secret import session_secret
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes
 from tests.e2e.test_memory_agent_one_worker import AGENT, CONVERSATIONS, memory_stack
-from tests.unit_tests.routing_workers import session_of
+from tests.session_cookies import cookie_owner
 
 COUNTER = "example_session_state_mgmt"
 EPISODES = 200
@@ -68,7 +67,7 @@ def test_new_sessions_spread_over_the_workers_within_ten_percent_of_the_mean(cou
             return await asyncio.gather(*(seed(start) for start in range(SPREAD_SESSIONS)))
 
     secret = session_secret(name)
-    owners = Counter(session_of(secret, cookies[f"{name}_session"])[OWNER_KEY] for cookies in asyncio.run(seed_all()))
+    owners = Counter(cookie_owner(cookies, name, secret) for cookies in asyncio.run(seed_all()))
     mean = SPREAD_SESSIONS / workers
     assert len(owners) == workers and all(abs(count - mean) <= 0.1 * mean for count in owners.values()), owners
 

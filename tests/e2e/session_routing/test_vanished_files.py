@@ -15,7 +15,8 @@ from pathlib import Path
 import aiohttp
 
 from nemo_gym.client.reading import cookie_header
-from tests.e2e.session_routing.test_durable_sessions import COOKIE, counter_config, owner_of
+from tests.e2e.session_routing.test_durable_sessions import COOKIE, COUNTER, SECRET, counter_config
+from tests.session_cookies import cookie_owner
 
 SESSIONS = 30
 ROUNDS = 4
@@ -51,7 +52,7 @@ def test_a_live_workers_sessions_are_never_adopted_when_its_socket_directory_is_
     seeded = asyncio.run(on_fresh_connections(url, [("/seed_session", {}, None)] * SESSIONS))
     assert [status for status, _, _ in seeded] == [200] * SESSIONS
     first_cookies = [cookies for _, _, cookies in seeded]
-    owners = [owner_of(cookies) for cookies in first_cookies]
+    owners = [cookie_owner(cookies, COUNTER, SECRET) for cookies in first_cookies]
     assert len(set(owners)) >= 2
     removed = []
     for count in range(1, ROUNDS + 1):
@@ -64,5 +65,5 @@ def test_a_live_workers_sessions_are_never_adopted_when_its_socket_directory_is_
         # No reply hands the session to another worker: any cookie set names the owner it had.
         for session, (_, _, cookies) in enumerate(added + read):
             if COOKIE in cookies:
-                assert owner_of(cookies) == owners[session % SESSIONS]
+                assert cookie_owner(cookies, COUNTER, SECRET) == owners[session % SESSIONS]
     assert removed, "the socket directory had nothing to delete"
