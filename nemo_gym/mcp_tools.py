@@ -345,7 +345,7 @@ def mcp_metadata(server_name: str, token: str) -> dict[str, Any]:
 
 
 class SeedSessionMcpMetadata:
-    """ASGI middleware, inside SessionMiddleware: adds ``"mcp"`` to every successful ``/seed_session`` reply.
+    """ASGI middleware, inside the session layer: adds ``"mcp"`` to every successful ``/seed_session`` reply.
 
     It rewrites the reply the route produced, whatever response model the server's ``seed_session``
     returns, and mints the token for the session the reply belongs to. A successful reply that is not a

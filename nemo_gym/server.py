@@ -16,7 +16,6 @@ from fastapi.responses import JSONResponse
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from starlette.middleware import Middleware
-from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp
 
 from nemo_gym import config as gym_config
@@ -41,13 +40,13 @@ from nemo_gym.routing.private_server import PrivateServer
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.worker import new_worker_id, socket_address
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.sessions.cookie import SessionIdMiddleware, session_cookie_name
+from nemo_gym.sessions.cookie import SessionCookie, SessionIdMiddleware, session_cookie_name
 from nemo_gym.sessions.secret import session_secret
 from nemo_gym.sessions.token import token_serializer
 
 
 # The middlewares that give a request its session, outermost first.
-SESSION_LAYER = (SessionMiddleware, SessionIdMiddleware)
+SESSION_LAYER = (SessionCookie, SessionIdMiddleware)
 
 
 class SimpleServer(BaseModel):
@@ -177,12 +176,12 @@ class SimpleServer(BaseModel):
         app.get("/")(self.liveness)
         app.add_exception_handler(Exception, self.unhandled_error)
         app.add_middleware(SessionIdMiddleware, owner=self._worker_id)
-        app.add_middleware(SessionMiddleware, **self.session_options)
+        app.add_middleware(SessionCookie, **self.session_options)
         return app
 
     @property
     def session_options(self) -> dict[str, Any]:
-        """SessionMiddleware's settings: the app's, and the router's reading of the same cookie."""
+        """The session layer's settings: the app's, and the router's reading of the same cookie."""
         return {"secret_key": self.secret, "session_cookie": self.session_cookie}
 
     def session_states(self) -> DurableState | None:

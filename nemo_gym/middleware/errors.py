@@ -17,7 +17,7 @@ def server_error(error: BaseException) -> JSONResponse:
 class ServerErrorsAsJson:
     """Answers a handler's unhandled exception with a 500 whose JSON ``detail`` is the error's repr.
 
-    It sits inside SessionMiddleware, so a client that replaces its cookies with each reply's keeps
+    It sits inside the session layer, so a client that replaces its cookies with each reply's keeps
     its session through an error. An error after the reply has started, and before it is complete, can
     only close the connection. An error after the reply is complete (a background task raising) is
     logged, and the connection is kept: the server would otherwise close it under a request that the

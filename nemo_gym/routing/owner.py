@@ -1,9 +1,9 @@
 """Reading a request's owner worker from its signed session cookie or its MCP session token.
 
-The router reads the session exactly as the app will: Starlette's own ``SessionMiddleware`` (built
-with the app's settings) loads it from the Cookie header, and the token is the first
-``X-NeMo-Gym-Session-Token`` header, as the MCP endpoint takes it. A request that names its session
-twice, differently, is refused rather than routed by one reading and served by another.
+The router reads the session with the app's own session layer (``SessionCookie``, built with the app's
+settings), and leaves what it read in the scope, so the app does not read the cookie again; the token
+is the first ``X-NeMo-Gym-Session-Token`` header, as the MCP endpoint takes it. A request that names
+its session twice, differently, is refused rather than routed by one reading and served by another.
 """
 
 from __future__ import annotations
@@ -11,12 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from itsdangerous import URLSafeSerializer
-from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import cookie_parser
 from starlette.types import Message, Receive, Scope, Send
 
 from nemo_gym.routing.worker import OWNER_KEY
-from nemo_gym.sessions.cookie import SessionIdMiddleware
+from nemo_gym.sessions.cookie import SESSION_READ_SCOPE_KEY, SessionCookie, SessionIdMiddleware
 from nemo_gym.sessions.token import TOKEN_HEADER, TOKEN_HEADER_KEY, is_mcp_path, read_token
 
 
@@ -36,7 +35,7 @@ class AmbiguousSession(Exception):
 
 
 async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:
-    """The app behind the session loader: loading the session is all the router wants of it."""
+    """The app behind a session layer the router only reads the cookie with (or signs a reply's with)."""
 
 
 async def _reply_start(scope: Scope, receive: Receive, send: Send) -> None:
@@ -52,10 +51,10 @@ class OwnerReader:
     """
 
     def __init__(self, session_options: dict[str, Any], token_serializer: URLSafeSerializer) -> None:
-        self.session_loader = SessionMiddleware(_nothing, **session_options)
+        self.session_layer = SessionCookie(_nothing, **session_options)
         # The app's own session layer, in front of a bare reply: it signs the session as the app would.
-        self.cookie_setter = SessionMiddleware(SessionIdMiddleware(_reply_start), **session_options)
-        self.cookie_name = self.session_loader.session_cookie
+        self.cookie_setter = SessionCookie(SessionIdMiddleware(_reply_start), **session_options)
+        self.cookie_name = self.session_layer.session_cookie
         self.set_cookie_prefix = f"{self.cookie_name}=".encode()
         self.token_serializer = token_serializer
 
@@ -65,7 +64,9 @@ class OwnerReader:
         return None if named is None else named.get(OWNER_KEY)
 
     async def named_session(self, scope: Scope) -> dict | None:
-        """The session the request names: its token's payload or its cookie's session; None if neither."""
+        """The session the request names: its token's payload or its cookie's session; None if neither.
+
+        What the cookie holds is left in the scope for the app's session layer, which then need not read it."""
         cookie_headers: list[str] = []
         tokens: list[str] = []
         for name, value in scope["headers"]:
@@ -76,10 +77,13 @@ class OwnerReader:
         if len(tokens) > 1 and len(set(tokens)) > 1:
             raise AmbiguousSession(TOKEN_HEADER)
         has_cookie = self.has_session_cookie(cookie_headers)
+        if not has_cookie:
+            scope[SESSION_READ_SCOPE_KEY] = None
         if tokens and (is_mcp_path(scope["path"]) or not has_cookie):
             return read_token(self.token_serializer, tokens[0])
         if has_cookie:
-            return await self.session(scope)
+            session = scope[SESSION_READ_SCOPE_KEY] = self.session_layer.read(scope["headers"])
+            return session
         return None
 
     def has_session_cookie(self, cookie_headers: list[str]) -> bool:
@@ -118,17 +122,14 @@ class OwnerReader:
         return any(name.lower() == b"set-cookie" and value.startswith(self.set_cookie_prefix) for name, value in message.get("headers", []))
 
     async def cookie_headers(self, scope: Scope) -> list[tuple[bytes, bytes]]:
-        """The Set-Cookie the app's SessionMiddleware would send for the session this request names (none if it names none)."""
+        """The Set-Cookie the app's session layer would send for the session this request names (none if it names none)."""
         sent: list[Message] = []
 
         async def keep(message: Message) -> None:
             sent.append(message)
 
-        await self.cookie_setter({"type": "http", "headers": scope["headers"]}, _nothing, keep)
+        probe = {"type": "http", "headers": scope["headers"]}
+        if SESSION_READ_SCOPE_KEY in scope:
+            probe[SESSION_READ_SCOPE_KEY] = scope[SESSION_READ_SCOPE_KEY]
+        await self.cookie_setter(probe, _nothing, keep)
         return [(name, value) for name, value in sent[0]["headers"] if name == b"set-cookie"]
-
-    async def session(self, scope: Scope) -> dict:
-        """The session the app's SessionMiddleware will load for this request (empty if the cookie is bad)."""
-        probe: dict[str, Any] = {"type": "http", "headers": scope["headers"]}
-        await self.session_loader(probe, _nothing, _nothing)
-        return probe["session"]

@@ -1,7 +1,7 @@
 """The session router: the ASGI middleware in front of the app that sends each request to its owner.
 
-It sits outside SessionMiddleware on purpose: a forwarded request never reaches this worker's
-SessionMiddleware, so the caller gets exactly one Set-Cookie, the owner's. Requests that other
+It sits outside the app's session layer on purpose: a forwarded request never reaches this worker's
+session layer, so the caller gets exactly one Set-Cookie, the owner's. Requests that other
 workers forward here arrive on the private socket, which bypasses the router (``private_server``).
 """
 
