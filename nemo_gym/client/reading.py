@@ -1,8 +1,8 @@
 """The reading client: calls an instance by name and returns the finished reply (``ServerReply``).
 
-It is upstream's ``ServerClient`` (``nemo_gym.server_utils``: same pool, same name lookup) with calls
-that read the reply before returning, for callers that want status, JSON body and cookies in one value: rollout
-drivers, tests, scripts.
+``ReadingClient`` is upstream's ``ServerClient`` (``nemo_gym.server_utils``: same pool, same name
+lookup) with calls that read the reply before returning, for callers that want status, JSON body and
+cookies in one value: rollout drivers, tests, scripts.
 """
 
 from __future__ import annotations
