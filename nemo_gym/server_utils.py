@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client.owner_pool import OwnerPool, read_in_full
 from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT, BaseServerConfig
-from nemo_gym.env import DEFAULT_HEAD_PORT as DEFAULT_HEAD_SERVER_PORT, ENTRYPOINT_ENV, WORKER_ENV
+from nemo_gym.env import DEFAULT_HEAD_PORT as DEFAULT_HEAD_SERVER_PORT, ENTRYPOINT_ENV, WORKER_ENV  # noqa: F401 (upstream's name)
 from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
 from nemo_gym.sessions.cookie import session_cookie_name
 

@@ -10,7 +10,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from nemo_gym.routing.liveness import is_alive
-from nemo_gym.routing.owner_connection import ConnectionBroken, OwnerConnection, IdleConnections, request_head
+from nemo_gym.routing.owner_connection import ConnectionBroken, IdleConnections, OwnerConnection, request_head
 from nemo_gym.routing.private_server import CLIENT_HEADER, PRIVATE_KEEP_ALIVE_SECONDS
 from nemo_gym.routing.worker import socket_address
 

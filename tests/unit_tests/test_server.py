@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import gc
 import json
+import os
+import subprocess
+import sys
+import time
 import types
+import urllib.request
 from typing import Any, Dict
 
 import aiohttp
@@ -283,3 +288,31 @@ async def test_a_server_with_an_empty_instance_name_serves_its_openapi_and_keeps
         first = (await client.get("/whoami")).json()
         assert (await client.get("/whoami")).json() == first
 
+
+
+def test_run_webserver_outside_a_worker_serves_the_instance_as_the_launcher_would(tmp_path):
+    """Upstream's ``python app.py``, with the launcher's environment: the process serves its instance."""
+    directory = gym_config.REPO_ROOT / "resources_servers" / "example_session_state_mgmt"
+    instances = gym_config.parse({"counter": {"resources_servers": {"example_session_state_mgmt": {"port": free_port()}}}})
+    (tmp_path / "config.json").write_text(json.dumps(gym_config.config_of(instances)))
+    env = {**os.environ, CONFIG_PATH_ENV: str(tmp_path / "config.json"), INSTANCE_ENV: "counter", "PYTHONPATH": str(gym_config.REPO_ROOT)}
+    env.pop(WORKER_ENV, None)
+    process = subprocess.Popen([sys.executable, "app.py"], cwd=directory, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.stderr.read().decode()
+            try:
+                with urllib.request.urlopen(f"{instances['counter'].url}/", timeout=2) as reply:
+                    assert json.load(reply) == {"status": "ok"}
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not answer GET / within 60 s"
+                time.sleep(0.2)
+        request = urllib.request.Request(f"{instances['counter'].url}/seed_session", data=b'{"initial_count": 4}', method="POST")
+        request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            assert reply.status == 200 and "counter_session=" in reply.headers["Set-Cookie"]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
