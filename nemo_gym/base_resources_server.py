@@ -13,7 +13,7 @@ from starlette.routing import BaseRoute
 
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, BaseRunServerInstanceConfig
 from nemo_gym.judge import judge_failsafe
-from nemo_gym.mcp_tools import MCP_METADATA_KEY, McpToolEndpoint, SeedSessionMcpMetadata, default_tool_routes
+from nemo_gym.mcp_tools.endpoint import MCP_METADATA_KEY, McpToolEndpoint, SeedSessionMcpMetadata, default_tool_routes
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
 from nemo_gym.server import SimpleServer
