@@ -60,7 +60,9 @@ class BaseResourcesServerConfig(BaseRunServerInstanceConfig):
 class BaseRunRequest(BaseModel):
     """One task row: the request for the agent plus whatever the environment needs to seed and verify."""
 
-    model_config = ConfigDict(extra="allow")
+    # Its validator, and its subclasses', is built on first use: with the Responses types in it, building
+    # it at import was about 0.4 s of a worker's start-up CPU, for a /verify that may come much later.
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     responses_create_params: NeMoGymResponseCreateParamsNonStreaming
 

@@ -24,12 +24,13 @@ app = worker_app()
 while not hasattr(app, "routes"):  # the FastAPI app, inside the middlewares that wrap it
     app = app.app
 paths = sorted({getattr(route, "path", "") for route in app.routes})
-print(json.dumps({"modules": sorted(sys.modules), "paths": paths}))
+print(json.dumps({"modules": sorted(sys.modules), "paths": paths, "probe": eval(sys.argv[1]) if sys.argv[1] else None}))
 """
 
 
-def worker_imports(name: str, server_type: str, implementation: str, settings: dict[str, Any]) -> dict[str, list[str]]:
-    """The modules a worker of this instance holds once its app is built (``nemo_gym.serve.worker_app``), and the app's paths."""
+def worker_imports(name: str, server_type: str, implementation: str, settings: dict[str, Any], probe: str = "") -> dict[str, Any]:
+    """What a worker of this instance holds once its app is built (``nemo_gym.serve.worker_app``): its modules,
+    the app's paths, and the value of the expression ``probe`` evaluated there."""
     instance = gym_config.parse({name: {server_type: {implementation: {"entrypoint": "app.py", **settings}}}})[name]
     several = instance.num_workers > 1
     socket_dir = make_socket_dir() if several else ""
@@ -41,7 +42,7 @@ def worker_imports(name: str, server_type: str, implementation: str, settings: d
             if several:
                 env[WORKER_ENV] = "1"
             done = subprocess.run(
-                [sys.executable, "-c", REPORT], cwd=REPO, env=env, capture_output=True, text=True, timeout=IMPORT_TIMEOUT_SECONDS
+                [sys.executable, "-c", REPORT, probe], cwd=REPO, env=env, capture_output=True, text=True, timeout=IMPORT_TIMEOUT_SECONDS
             )
     finally:
         if several:
