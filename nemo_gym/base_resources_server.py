@@ -5,19 +5,22 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from enum import Enum
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from starlette.routing import BaseRoute
 
+from nemo_gym import mcp_tools
 from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, BaseRunServerInstanceConfig
 from nemo_gym.judge import judge_failsafe
-from nemo_gym.mcp_tools import MCP_METADATA_KEY, McpToolEndpoint, SeedSessionMcpMetadata, default_tool_routes
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
 from nemo_gym.server import SimpleServer
-from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, token_serializer
+from nemo_gym.sessions.token import TOKEN_HEADER
+
+if TYPE_CHECKING:
+    from nemo_gym.mcp_tools.endpoint import McpToolEndpoint
 
 __all__ = [
     "AggregateMetrics",
@@ -36,7 +39,7 @@ __all__ = [
 ]
 
 # Upstream's names: the key of a /seed_session reply's MCP metadata and the header of its session token.
-NEMO_GYM_MCP_METADATA_KEY = MCP_METADATA_KEY
+NEMO_GYM_MCP_METADATA_KEY = mcp_tools.MCP_METADATA_KEY
 NEMO_GYM_MCP_SESSION_TOKEN_HEADER = TOKEN_HEADER
 
 
@@ -57,7 +60,9 @@ class BaseResourcesServerConfig(BaseRunServerInstanceConfig):
 class BaseRunRequest(BaseModel):
     """One task row: the request for the agent plus whatever the environment needs to seed and verify."""
 
-    model_config = ConfigDict(extra="allow")
+    # Its validator, and its subclasses', is built on first use: with the Responses types in it, building
+    # it at import was about 0.4 s of a worker's start-up CPU, for a /verify that may come much later.
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     responses_create_params: NeMoGymResponseCreateParamsNonStreaming
 
@@ -105,17 +110,10 @@ class SimpleResourcesServer(AggregateMetricsMixin, SimpleServer):
         app.post("/verify")(judge_failsafe(self.verify))
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         app.get("/reverify_mode")(self.get_reverify_mode)
-        # --- MCP exposure (nemo_gym.mcp_tools): the /mcp endpoint and the token in /seed_session replies.
+        # --- MCP exposure: the /mcp endpoint and the token in /seed_session replies. A name of
+        # nemo_gym.mcp_tools loads its module on first use, so a server that exposes no tools loads no mcp SDK.
         if self.config.expose_tools_over_mcp:
-            serializer = token_serializer(self.secret)
-            self._mcp_endpoint = McpToolEndpoint(self.name, serializer, self.session_cookie, self.config.host)
-            self._mcp_endpoint.mount(app)
-            # Added here, before build_app's session middlewares, so it sits inside them and sees the session.
-            app.add_middleware(
-                SeedSessionMcpMetadata,
-                server_name=self.name,
-                mint=lambda session_id: mint_token(serializer, session_id, self.worker_id),
-            )
+            self._mcp_endpoint = mcp_tools.expose_tools(self, app)
         return app
 
     def mcp_tool_routes(self, app: FastAPI) -> list[BaseRoute]:
@@ -126,7 +124,7 @@ class SimpleResourcesServer(AggregateMetricsMixin, SimpleServer):
         pick a few. Each route returned must be a ``POST /<name>`` whose input is one pydantic body (the
         tool's input schema; its docstring is the description), or the server fails at start-up.
         """
-        return default_tool_routes(app)
+        return mcp_tools.default_tool_routes(app)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:

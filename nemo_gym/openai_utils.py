@@ -224,9 +224,10 @@ class NeMoGymResponseCreateParamsNonStreaming(BaseModel):
 
     What a chat completions backend can use is passed on (see ``vllm_model``); the rest is accepted and
     ignored, the way a stateless server has to (``store``, ``previous_response_id``, ``conversation``, ...).
+    The validator is built on first use (as the SDK's own models are), not at import.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     input: NeMoGymResponseInput
     model: Optional[str] = None

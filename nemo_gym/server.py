@@ -8,6 +8,7 @@ import gc
 import os
 import secrets
 import sys
+import warnings
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -47,6 +48,8 @@ from nemo_gym.sessions.token import token_serializer
 
 # The middlewares that give a request its session, outermost first.
 SESSION_LAYER = (SessionCookie, SessionIdMiddleware)
+# pydantic's UnsupportedFieldAttributeWarning about the alias FastAPI gives every body parameter.
+FIELD_INFO_WARNING = r"The '\w+' attribute with value .* was provided to the `Field\(\)` function"
 
 
 class SimpleServer(BaseModel):
@@ -194,6 +197,9 @@ class SimpleServer(BaseModel):
         ``socket_dir`` names the workers' private sockets and life names, and holds their placement
         counters (default: the launcher's, from the environment).
         """
+        # A body model that builds its validator on first use (the Responses types: defer_build) builds it
+        # outside FastAPI's own silencing of pydantic's warning about the field info FastAPI wraps it in.
+        warnings.filterwarnings("ignore", message=FIELD_INFO_WARNING)
         if self.is_routed(self.config):
             self._worker_id = new_worker_id()
             self._socket_dir = socket_dir or os.environ[SOCKET_DIR_ENV]
