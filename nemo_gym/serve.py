@@ -19,7 +19,7 @@ from starlette.types import ASGIApp
 
 from nemo_gym import config as gym_config
 from nemo_gym.config_types import BaseRunServerInstanceConfig
-from nemo_gym.durable.store import SessionStore, StoreError, store_path
+from nemo_gym.durable.sqlite_store import SessionStore, StoreError, store_path
 from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV, WORKER_LOG_DIR_ENV
 from nemo_gym.input_limits import InputLimits
 from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir

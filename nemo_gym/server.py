@@ -26,7 +26,7 @@ from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import DurableState
-from nemo_gym.durable.store import SessionStore, store_path
+from nemo_gym.durable.sqlite_store import SessionStore, store_path
 from nemo_gym.durable.write_through import WriteThrough
 from nemo_gym.errors import ServerErrorsAsJson, server_error
 from nemo_gym.global_config import INSTANCE_ENV, get_first_server_config_dict, get_global_config_dict

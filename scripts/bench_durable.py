@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 from nemo_gym import config as gym_config
-from nemo_gym.durable.store import SessionStore
+from nemo_gym.durable.sqlite_store import SessionStore
 from nemo_gym.launcher import Launcher
 from scripts.bench_routing import alternate, counter_episode, median, resource_server
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from nemo_gym.durable.store import SessionStore, store_path
+from nemo_gym.durable.sqlite_store import SessionStore, store_path
 from nemo_gym.durable.transfer import export_sessions, restore_sessions
 
 

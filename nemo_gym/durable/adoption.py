@@ -7,7 +7,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.keeper import DurableSessions
-from nemo_gym.durable.store import StoredSession, StoreUnavailable
+from nemo_gym.durable.sqlite_store import StoredSession, StoreUnavailable
 from nemo_gym.durable.write_through import not_taken_up
 from nemo_gym.routing.forwarder import RETRY_AFTER_SECONDS, Forwarder, lost_session
 from nemo_gym.routing.liveness import is_alive

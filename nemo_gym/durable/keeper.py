@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from nemo_gym.durable.states import DurableState
-from nemo_gym.durable.store import SessionStore, SessionTaken, StoredSession
+from nemo_gym.durable.sqlite_store import SessionStore, SessionTaken, StoredSession
 
 
 class DurableSessions:

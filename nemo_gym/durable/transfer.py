@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from nemo_gym.durable.store import SessionStore, StoredSession
+from nemo_gym.durable.sqlite_store import SessionStore, StoredSession
 from nemo_gym.routing.worker import is_worker_id
 
 FORMAT = "nemo_gym.sessions/1"

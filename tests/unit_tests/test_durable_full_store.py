@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from nemo_gym.durable import store as store_module
+from nemo_gym.durable import sqlite_store as store_module
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import SessionStates
-from nemo_gym.durable.store import SessionStore, StoreUnavailable
+from nemo_gym.durable.sqlite_store import SessionStore, StoreUnavailable
 from tests.full_filesystem import full, mounted_tmpfs, needs_mount
 
 pytestmark = needs_mount

@@ -16,7 +16,7 @@ import pytest
 
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import SessionStates
-from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, SessionStore, SessionTaken
+from nemo_gym.durable.sqlite_store import SESSION_MAX_AGE_SECONDS, SessionStore, SessionTaken
 
 DEAD = "0" * 16
 RACERS = 8

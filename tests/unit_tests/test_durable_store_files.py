@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from nemo_gym import config as gym_config
-from nemo_gym.durable.store import SessionStore, StoreError
+from nemo_gym.durable.sqlite_store import SessionStore, StoreError
 from nemo_gym.launcher import LaunchError, Launcher
 
 

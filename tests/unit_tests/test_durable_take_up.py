@@ -8,7 +8,7 @@ import pytest
 
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import SessionStates
-from nemo_gym.durable.store import SessionStore, StoredSession
+from nemo_gym.durable.sqlite_store import SessionStore, StoredSession
 
 ME, OTHER = "a" * 16, "b" * 16
 

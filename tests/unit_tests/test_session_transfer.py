@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nemo_gym.cli.main import main
-from nemo_gym.durable.store import SessionStore, store_path
+from nemo_gym.durable.sqlite_store import SessionStore, store_path
 from nemo_gym.durable.transfer import TransferError, digest, restore_sessions
 from nemo_gym.routing.worker import is_worker_id
 

@@ -8,7 +8,7 @@ import re
 import pytest
 from starlette.testclient import TestClient
 
-from nemo_gym.durable.store import SessionStore
+from nemo_gym.durable.sqlite_store import SessionStore
 from nemo_gym.openai_utils import new_response
 from resources_servers.swe_rebench.app import DEFAULT_TASKS_DIR, MIB
 from resources_servers.swe_rebench.cgroups import Cgroups
