@@ -1,11 +1,9 @@
-"""The session store: one SQLite file per instance, in WAL mode, shared by the instance's workers.
+"""The SQLite session store (``store.SessionStore``): one file per instance, in WAL mode, shared by the
+instance's workers on one host.
 
-Each row is one session: its id, its owner worker, a revision that every write and every change of
-owner raises by one, the state as JSON, and when it expires. A worker writes only rows it owns; taking
-over a row is one compare-and-set on owner and revision, so of several workers racing, one wins.
 Writers take turns on an ``flock`` beside the file: the kernel wakes the next one as soon as the lock
 is free, where SQLite's own busy handler would sleep (and block the worker's event loop) for milliseconds.
-A worker waits for its turn in a thread, so its event loop serves on meanwhile (``turn``).
+A worker waits for its turn in a thread, so its event loop serves on meanwhile (``commit``).
 
 ``synchronous = NORMAL``: in WAL mode a commit is in the log, in the kernel's page cache, when it
 returns, so it survives the process being killed (the promise: nothing acknowledged is lost when a
@@ -25,15 +23,13 @@ import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
+from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, SessionConflict, SessionTaken, StoredSession, StoreError, StoreUnavailable
 from nemo_gym.signing_secret import state_dir
 
 logger = logging.getLogger(__name__)
 
-# Starlette's SessionMiddleware default max_age: a row lives as long as the cookie naming it.
-SESSION_MAX_AGE_SECONDS = 14 * 24 * 3600
 PURGE_INTERVAL_SECONDS = 3600
 BUSY_TIMEOUT_MS = 10_000
 # A store that cannot commit (its disk full, say) is reported at most once per this many seconds.
@@ -57,27 +53,6 @@ def store_path(instance_name: str) -> Path:
     return state_dir() / "sessions" / f"{instance_name}.sqlite3"
 
 
-@dataclass(frozen=True)
-class StoredSession:
-    session_id: str
-    owner: str | None
-    revision: int
-    state: str
-    expires_at: float
-
-
-class SessionTaken(RuntimeError):
-    """A worker wrote a session another worker owns in the store."""
-
-
-class StoreError(ValueError):
-    """The store's file cannot be used (not a database, another schema, not a file, not writable)."""
-
-
-class SessionConflict(ValueError):
-    """A restore names a session the store already holds."""
-
-
 def private_file(path: Path) -> int:
     """A descriptor of ``path`` opened for writing (made if missing), readable and writable by its owner only."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -98,15 +73,12 @@ def unusable(path: Path, error: Exception) -> StoreError:
     )
 
 
-class StoreUnavailable(RuntimeError):
-    """The store could not commit a write (its file system full, an I/O error): nothing of it was written."""
-
-
-class SessionStore:
+class SQLiteStore:
     """One worker's (or one command's) connection to an instance's store file."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.location = str(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             self.write_lock = private_file(Path(f"{path}.lock"))
@@ -123,6 +95,14 @@ class SessionStore:
         self.failures = 0
         self.failure_logged_at: float | None = None
         self.purge_expired()
+
+    @classmethod
+    def open(cls, location: str | None, instance_name: str, *, create: bool = True) -> SQLiteStore:
+        """The file at ``location`` (a path, ``sqlite://`` before it or not), or the instance's own."""
+        path = store_path(instance_name) if location is None else Path(location.removeprefix("sqlite://"))
+        if not create and not path.exists():
+            raise StoreError(f"instance {instance_name!r} has no session store at {path}")
+        return cls(path)
 
     def connect(self) -> sqlite3.Connection:
         """The file opened as a store (made 0600, and its log with it), its schema checked; raises on a file that is none."""
@@ -147,7 +127,7 @@ class SessionStore:
             raise
         return db
 
-    def read(self, session_id: str) -> StoredSession | None:
+    async def read(self, session_id: str) -> StoredSession | None:
         row = self.db.execute(
             "SELECT session_id, owner, revision, state, expires_at FROM sessions WHERE session_id = ? AND expires_at > ?",
             (session_id, time.time()),
@@ -161,10 +141,12 @@ class SessionStore:
         if taken:
             raise SessionTaken(f"session {session_id} belongs to another worker in the store {self.path}")
 
+    async def commit(self, owner: str | None, states: dict[str, str | None]) -> set[str]:
+        async with self.turn():
+            return self.write_all(owner, states)
+
     def write_all(self, owner: str | None, states: dict[str, str | None]) -> set[str]:
-        """In one transaction, insert or update each session's state (None deletes its row); returns the
-        sessions left as they were because another worker owns them. The caller holds the write lock.
-        Raises ``StoreUnavailable`` if the transaction cannot commit."""
+        """``commit``'s transaction, for a caller that holds the write lock."""
         now = time.time()
         taken = set()
         with self.committing(), self.transaction():
@@ -182,9 +164,7 @@ class SessionStore:
                 self.delete_expired(now)
         return taken
 
-    def claim(self, session: StoredSession, new_owner: str | None) -> bool:
-        """Take the session over if it is still as read (same owner, same revision): one wins a race.
-        Raises ``StoreUnavailable`` if the change cannot commit."""
+    async def claim(self, session: StoredSession, new_owner: str | None) -> bool:
         with self.writing(), self.committing():
             return bool(
                 self.db.execute(
@@ -205,16 +185,15 @@ class SessionStore:
         self.db.execute("DELETE FROM sessions WHERE expires_at <= ?", (now,))
         self.next_purge = now + PURGE_INTERVAL_SECONDS
 
-    def all(self) -> list[StoredSession]:
-        """Every live session, read in one transaction, so the list is one moment of the store."""
+    def export(self) -> list[StoredSession]:
+        # One statement, so one transaction: the list is one moment of the store.
         rows = self.db.execute(
             "SELECT session_id, owner, revision, state, expires_at FROM sessions WHERE expires_at > ? ORDER BY session_id",
             (time.time(),),
         ).fetchall()
         return [StoredSession(*row) for row in rows]
 
-    def insert_all(self, sessions: list[StoredSession]) -> None:
-        """All or nothing: a session the store already holds raises ``SessionConflict`` and inserts none."""
+    def import_sessions(self, sessions: list[StoredSession]) -> None:
         with self.writing(), self.transaction():
             for session in sessions:
                 try:
@@ -236,7 +215,7 @@ class SessionStore:
     @contextlib.asynccontextmanager
     async def turn(self) -> AsyncIterator[None]:
         """The write lock for a worker's event loop: while another process holds it, the loop serves on
-        and a thread waits. Entered by one task at a time, never cancelled (the keeper's committer)."""
+        and a thread waits. Entered by one task at a time, never cancelled (``commit``'s promise)."""
         try:
             fcntl.flock(self.write_lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -8,7 +8,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.keeper import DurableSessions
-from nemo_gym.durable.sqlite_store import StoreUnavailable
+from nemo_gym.durable.store import StoreUnavailable
 from nemo_gym.routing.forwarder import RETRY_AFTER_SECONDS
 from nemo_gym.routing.owner import MCP_PATH, TOKEN_HEADER_KEY
 from nemo_gym.routing.worker import OWNER_KEY
@@ -65,7 +65,7 @@ class WriteThrough:
         session_id = session[SESSION_ID_KEY]
         if not self.sessions.holds(session_id) and NEW_SESSION_SCOPE_KEY not in scope:
             try:
-                self.sessions.take_up(session_id)
+                await self.sessions.take_up(session_id)
             except (StoreUnavailable, ValueError) as error:  # not claimed, or not loaded: it stays in the store
                 await not_taken_up(error, f"Session {session_id}, restored into the store")(scope, receive, send)
                 return

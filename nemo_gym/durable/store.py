@@ -1,0 +1,93 @@
+"""The session store seam: what a store of durable sessions promises, and the choice of one by its location.
+
+A store holds one row per live session: its id, its owner worker, a revision that every write and every
+change of owner raises by one, the state as JSON, and when it expires. A worker writes only rows it owns;
+taking a row over is one compare-and-set on owner and revision, so of several workers racing, one wins.
+``keeper`` and ``adoption`` use it on a request's path (``read``, ``claim``, ``commit``, awaited, so a store
+across a network keeps the event loop serving); ``transfer`` and ``gym sessions`` take every row out and
+put rows in (``export``, ``import_sessions``). A store is chosen by its location (``open_store``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Protocol
+
+# Starlette's SessionMiddleware default max_age: a row lives as long as the cookie naming it.
+SESSION_MAX_AGE_SECONDS = 14 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class StoredSession:
+    session_id: str
+    owner: str | None
+    revision: int
+    state: str
+    expires_at: float
+
+
+class SessionTaken(RuntimeError):
+    """A worker wrote a session another worker owns in the store."""
+
+
+class StoreError(ValueError):
+    """The store cannot be used (not a database, another schema, not a file, not writable, no such kind)."""
+
+
+class SessionConflict(ValueError):
+    """A restore names a session the store already holds."""
+
+
+class StoreUnavailable(RuntimeError):
+    """The store could not commit a write (its file system full, an I/O error): nothing of it was written."""
+
+
+class SessionStore(Protocol):
+    """One worker's (or one command's) connection to an instance's store."""
+
+    # Where the store is, for messages (never with a credential in it).
+    location: str
+
+    @classmethod
+    def open(cls, location: str | None, instance_name: str, *, create: bool = True) -> SessionStore:
+        """Connect to the store at ``location`` (None: the instance's default one), made if missing unless
+        ``create`` is false; raises ``StoreError`` for a store that cannot be used, or is missing."""
+
+    async def read(self, session_id: str) -> StoredSession | None:
+        """The session's live row, or None (never stored, deleted, or expired)."""
+
+    async def commit(self, owner: str | None, states: dict[str, str | None]) -> set[str]:
+        """Insert or update each session's state as ``owner``'s, all in one transaction (None deletes the
+        row); returns the sessions left as they were because another worker owns them. Called by one task
+        at a time, never cancelled (the keeper's committer). Raises ``StoreUnavailable`` if it cannot
+        commit, and then nothing of it is written."""
+
+    async def claim(self, session: StoredSession, new_owner: str | None) -> bool:
+        """Take the session over if its row is still as read (same owner, same revision), raising the
+        revision: of several racing, one wins. Raises ``StoreUnavailable`` if the change cannot commit."""
+
+    def export(self) -> list[StoredSession]:
+        """Every live row, by session id, as of one moment of the store."""
+
+    def import_sessions(self, sessions: list[StoredSession]) -> None:
+        """Insert the rows as given, all or nothing: one the store already holds raises ``SessionConflict``."""
+
+    def close(self) -> None:
+        """Let go of the store (its rows stay)."""
+
+
+# The kinds of store by the scheme of their location (uvicorn's style: an import string, so a kind's
+# driver is imported only where it is used). A location with no scheme is a file path, for SQLite.
+STORES = {"sqlite": "nemo_gym.durable.sqlite_store:SQLiteStore"}
+
+
+def open_store(location: str | None, instance_name: str, *, create: bool = True) -> SessionStore:
+    """The store at ``location``: ``scheme://...`` names its kind; a path or None (the instance's own file
+    under the state directory) is SQLite. Raises ``StoreError`` for a kind there is none of."""
+    scheme, separator, _ = (location or "").partition("://")
+    kind = scheme if separator else "sqlite"
+    if kind not in STORES:
+        raise StoreError(f"the session store of {instance_name!r} cannot be used: no store is of the kind {kind!r} (the kinds: {', '.join(sorted(STORES))}, or a file path for SQLite)")
+    module, _, name = STORES[kind].partition(":")
+    return getattr(importlib.import_module(module), name).open(location, instance_name, create=create)
