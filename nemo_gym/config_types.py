@@ -105,6 +105,9 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     place_sessions: bool = False
     # Off switch for durable sessions (on for routed servers whose class declares ``session_states``).
     durable_sessions: bool = True
+    # Where durable sessions are stored: a file path (SQLite), or unset: the instance's SQLite file under
+    # the state directory (nemo_gym/durable/store.py, README "Durable sessions").
+    session_store: str | None = None
 
     @field_validator("session_secret")
     @classmethod

@@ -24,7 +24,7 @@ from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import DurableState
-from nemo_gym.durable.store import SessionStore, store_path
+from nemo_gym.durable.store import open_store
 from nemo_gym.durable.write_through import WriteThrough
 from nemo_gym.env import INSTANCE_ENV, SERVER_PROCESS_MODULE, SOCKET_DIR_ENV, WORKER_ENV
 from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
@@ -210,7 +210,7 @@ class SimpleServer(BaseModel):
             self._socket_dir = socket_dir or os.environ.get(SOCKET_DIR_ENV) or None
         app = self.setup_webserver()
         states = self.session_states() if self._worker_id is not None and self.config.durable_sessions else None
-        durable = self._durable = None if states is None else DurableSessions(SessionStore(store_path(self.name)), states, self._worker_id)
+        durable = self._durable = None if states is None else DurableSessions(open_store(self.config.session_store, self.name), states, self._worker_id)
         # Inside the sessions: the durable write-through, then the errors answered as JSON.
         inner = [Middleware(ServerErrorsAsJson)]
         if durable is not None:

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 from nemo_gym import config as gym_config
-from nemo_gym.durable.store import SessionStore
+from nemo_gym.durable.sqlite_store import SQLiteStore
 from nemo_gym.process.launcher import Launcher
 from scripts.bench_routing import alternate, counter_episode, median, resource_server
 
@@ -44,7 +44,7 @@ def throughput(args: argparse.Namespace, state_dir: str) -> None:
 
 
 def store_size(sessions: int, state_dir: str) -> None:
-    store = SessionStore(Path(state_dir) / "sessions" / "size.sqlite3")
+    store = SQLiteStore(Path(state_dir) / "sessions" / "size.sqlite3")
     started = time.perf_counter()
     for _ in range(sessions):
         session_id, owner = uuid.uuid4().hex, uuid.uuid4().hex[:16]

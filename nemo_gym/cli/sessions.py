@@ -5,15 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from nemo_gym.durable.store import SessionStore, store_path
+from nemo_gym.durable.store import open_store
 from nemo_gym.durable.transfer import export_sessions, restore_sessions
 
 
 def export(args: argparse.Namespace) -> int:
-    path = store_path(args.instance)
-    if not path.exists():
-        raise ValueError(f"instance {args.instance!r} has no session store at {path}")
-    store = SessionStore(path)
+    store = open_store(args.store, args.instance, create=False)
     try:
         count = export_sessions(store, args.instance, Path(args.output))
     finally:
@@ -23,7 +20,7 @@ def export(args: argparse.Namespace) -> int:
 
 
 def restore(args: argparse.Namespace) -> int:
-    store = SessionStore(store_path(args.instance))
+    store = open_store(args.store, args.instance)
     try:
         outcome = restore_sessions(store, args.instance, Path(args.input))
     finally:
@@ -35,11 +32,14 @@ def restore(args: argparse.Namespace) -> int:
 
 def add_commands(groups: argparse._SubParsersAction) -> None:
     parser = groups.add_parser("sessions", help="export or restore an instance's durable sessions").add_subparsers(dest="command", required=True)
+    store_help = "the instance's session_store setting, if it has one (default: its file in NEMO_GYM_STATE_DIR/sessions/)"
     out = parser.add_parser("export", help="write every durable session of an instance to one file")
-    out.add_argument("--instance", required=True, help="instance name (the store is in NEMO_GYM_STATE_DIR/sessions/)")
+    out.add_argument("--instance", required=True, help="instance name")
+    out.add_argument("--store", help=store_help)
     out.add_argument("--output", required=True, help="file to write")
     out.set_defaults(handler=export)
     back = parser.add_parser("restore", help="load a file from `gym sessions export` into an instance's store, all or nothing")
     back.add_argument("--instance", required=True)
+    back.add_argument("--store", help=store_help)
     back.add_argument("--input", required=True, help="file written by `gym sessions export`")
     back.set_defaults(handler=restore)

@@ -1,6 +1,7 @@
 """Durable sessions: per-session state that outlives the worker holding it, and a restart.
 
-- ``store``: the SQLite file (WAL) that every worker of an instance writes its sessions' state to.
+- ``store``: the ``SessionStore`` protocol every store implements, and the choice of one by its location.
+- ``sqlite_store``: the SQLite file (WAL) that every worker of an instance on a host writes its sessions' state to.
 - ``states``: how a server declares its per-session state (``SessionStates``, or its own export/restore).
 - ``keeper``: one worker's side: write a session's state when it changed, take over a dead owner's.
 - ``write_through``: the middleware that writes each changed session before the reply starts.

@@ -35,12 +35,12 @@ class Adopter:
     async def take_over(self, dead_owner: str, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve a request whose owner died before it was sent (its body is replayed by ``receive``)."""
         session_id = await self.session_id(scope)
-        while (stored := self.stored(session_id)) is not None and stored.owner != self.sessions.owner:
+        while (stored := await self.stored(session_id)) is not None and stored.owner != self.sessions.owner:
             if stored.owner != dead_owner and self.is_alive(stored.owner):
                 await self.forwarder.forward(stored.owner, scope, receive, send)
                 return
             try:
-                if self.sessions.adopt(stored):
+                if await self.sessions.adopt(stored):
                     break
             except (StoreUnavailable, ValueError) as error:  # not claimed, or not loaded: the dead owner's still
                 await not_taken_up(error, f"Session {session_id} of dead worker {stored.owner}")(scope, receive, send)
@@ -52,7 +52,7 @@ class Adopter:
 
     async def interrupted(self, dead_owner: str, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer a request whose owner died while it had it: the session is kept if it is durable."""
-        if self.stored(await self.session_id(scope)) is None:
+        if await self.stored(await self.session_id(scope)) is None:
             await lost_session(dead_owner)(scope, receive, send)
             return
         detail = (
@@ -66,8 +66,8 @@ class Adopter:
         session_id = None if named is None else named.get(SESSION_ID_KEY)
         return session_id if isinstance(session_id, str) else None
 
-    def stored(self, session_id: str | None) -> StoredSession | None:
-        return None if session_id is None else self.sessions.store.read(session_id)
+    async def stored(self, session_id: str | None) -> StoredSession | None:
+        return None if session_id is None else await self.sessions.store.read(session_id)
 
     def is_alive(self, worker_id: str | None) -> bool:
         return is_worker_id(worker_id) and is_alive(self.forwarder.socket_dir, worker_id)

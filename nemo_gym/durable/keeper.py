@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import SessionStore, SessionTaken, StoredSession
 
@@ -51,7 +52,7 @@ class DurableSessions:
         for group in waits:
             taken = await asyncio.shield(group)
             if taken & set(session_ids):
-                raise SessionTaken(f"a session of {sorted(session_ids)} belongs to another worker in the store {self.store.path}")
+                raise SessionTaken(f"a session of {sorted(session_ids)} belongs to another worker in the store {self.store.location}")
 
     def gather(self, session_id: str, state: str | None) -> asyncio.Future[set[str]]:
         if self.gathered is None:
@@ -69,8 +70,7 @@ class DurableSessions:
                 group, outcome = self.gathering, self.gathered
                 self.gathering, self.gathered = {}, None
                 try:
-                    async with self.store.turn():
-                        taken = self.store.write_all(self.owner, group)
+                    taken = await self.store.commit(self.owner, group)
                 except Exception as error:
                     self.roll_back(group, outcome)
                     outcome.set_exception(error)
@@ -102,17 +102,17 @@ class DurableSessions:
         """The session is over: its state goes from memory, and from the store with the request's ``save``."""
         self.states.end(session_id)
 
-    def take_up(self, session_id: str) -> None:
+    async def take_up(self, session_id: str) -> None:
         """A session this worker does not hold: if the store has it owned by no worker (restored by
         ``gym sessions restore``), claim it and hold it. Called only on that miss, so a held session's
         requests read nothing. Raises ``ValueError`` if its stored state does not load here (again on
         each request: a claimed row this worker could not load is tried again, never a 404)."""
-        while not self.holds(session_id) and (stored := self.store.read(session_id)) is not None and stored.owner in (None, self.owner):
-            self.adopt(stored)
+        while not self.holds(session_id) and (stored := await self.store.read(session_id)) is not None and stored.owner in (None, self.owner):
+            await self.adopt(stored)
 
-    def adopt(self, session: StoredSession) -> bool:
+    async def adopt(self, session: StoredSession) -> bool:
         """Take over a dead owner's session as read from the store; False if another worker took it first."""
-        if not self.store.claim(session, self.owner):
+        if not await self.store.claim(session, self.owner):
             return False
         self.states.restore(session.session_id, session.state)
         self.written[session.session_id] = session.state

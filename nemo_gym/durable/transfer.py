@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from nemo_gym.durable.store import SessionStore, StoredSession
 from nemo_gym.routing.worker import is_worker_id
 
-FORMAT = "nemo_gym.sessions.cookie/1"
+FORMAT = "nemo_gym.sessions/1"
 # SQLite's largest integer: a revision above it cannot be stored.
 MAX_REVISION = 2**63 - 1
 
@@ -86,7 +86,7 @@ def digest(sessions: list[dict]) -> str:
 
 def export_sessions(store: SessionStore, instance_name: str, path: Path) -> int:
     """Write every live session of the store to ``path`` (whole or not at all); returns how many."""
-    sessions = [asdict(session) for session in store.all()]
+    sessions = [asdict(session) for session in store.export()]
     document = {"format": FORMAT, "instance": instance_name, "count": len(sessions), "sha256": digest(sessions), "sessions": sessions}
     # A new file of this process's own (0600, never through a link planted beside the target), then renamed.
     fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
@@ -144,7 +144,7 @@ def restore_sessions(store: SessionStore, instance_name: str, path: Path) -> Res
     now = time.time()
     live = [replace(session, owner=None) for session in sessions if session.expires_at > now]
     try:
-        store.insert_all(live)
+        store.import_sessions(live)
     except ValueError as error:
         raise TransferError(f"nothing restored: {error}") from None
     return Restored(len(live), len(sessions) - len(live))

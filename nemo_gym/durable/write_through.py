@@ -65,7 +65,7 @@ class WriteThrough:
         session_id = session[SESSION_ID_KEY]
         if not self.sessions.holds(session_id) and NEW_SESSION_SCOPE_KEY not in scope:
             try:
-                self.sessions.take_up(session_id)
+                await self.sessions.take_up(session_id)
             except (StoreUnavailable, ValueError) as error:  # not claimed, or not loaded: it stays in the store
                 await not_taken_up(error, f"Session {session_id}, restored into the store")(scope, receive, send)
                 return

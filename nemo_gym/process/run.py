@@ -20,7 +20,7 @@ from starlette.types import ASGIApp
 from nemo_gym import config as gym_config
 from nemo_gym.config.paths import import_server_module
 from nemo_gym.config_types import BaseRunServerInstanceConfig
-from nemo_gym.durable.store import SessionStore, StoreError, store_path
+from nemo_gym.durable.store import StoreError, open_store
 from nemo_gym.env import (
     CONFIG_PATH_ENV,
     ENTRYPOINT_ENV,
@@ -80,7 +80,7 @@ def check_store(server_class: type[SimpleServer], config: BaseRunServerInstanceC
     """A durable server's store opens here before any worker starts; else each worker would fail on it
     in turn, and uvicorn would start them again, until the launcher ran out of time."""
     if server_class.is_routed(config) and config.durable_sessions and server_class.session_states is not SimpleServer.session_states:
-        SessionStore(store_path(name)).close()
+        open_store(config.session_store, name).close()
 
 
 def serve() -> None:

@@ -8,7 +8,7 @@ import re
 import pytest
 from starlette.testclient import TestClient
 
-from nemo_gym.durable.store import SessionStore
+from nemo_gym.durable.sqlite_store import SQLiteStore
 from nemo_gym.openai_utils import new_response
 from resources_servers.swe_rebench.app import DEFAULT_TASKS_DIR, MIB
 from resources_servers.swe_rebench.cgroups import Cgroups
@@ -240,10 +240,10 @@ def test_a_sweep_spares_a_gone_workers_durable_sandboxes_and_removes_the_rest(sa
 
 
 def test_stored_states_name_their_sandboxes_and_malformed_ones_name_none(tmp_path):
-    store = SessionStore(tmp_path / "store.sqlite3")
+    store = SQLiteStore(tmp_path / "store.sqlite3")
     good = json.dumps({"task_id": "clamp_upper", "sandbox": "worker-a/sandbox-b", "base_commit": "0" * 40})
     store.write("one", "w1", good)
     store.write("two", "w1", "[1, 2]")
     store.write("three", "w1", forged(good, sandbox="../../etc"))
-    assert sandbox_names(stored.state for stored in store.all()) == {"worker-a/sandbox-b"}
+    assert sandbox_names(stored.state for stored in store.export()) == {"worker-a/sandbox-b"}
     store.close()

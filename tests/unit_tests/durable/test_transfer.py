@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nemo_gym.cli.main import main
-from nemo_gym.durable.store import SessionStore, store_path
+from nemo_gym.durable.sqlite_store import SQLiteStore, store_path
 from nemo_gym.durable.transfer import TransferError, digest, restore_sessions
 from nemo_gym.routing.worker import is_worker_id
 
@@ -27,9 +27,9 @@ def state_dir(tmp_path: Path, monkeypatch) -> Path:
 
 
 def stored(instance: str = INSTANCE) -> dict[str, str]:
-    store = SessionStore(store_path(instance))
+    store = SQLiteStore(store_path(instance))
     try:
-        return {row.session_id: row.state for row in store.all()}
+        return {row.session_id: row.state for row in store.export()}
     finally:
         store.close()
 
@@ -37,7 +37,7 @@ def stored(instance: str = INSTANCE) -> dict[str, str]:
 @pytest.fixture
 def exported(state_dir: Path, tmp_path: Path, monkeypatch) -> Path:
     """Three sessions exported from one state directory, which then moves to a fresh one."""
-    store = SessionStore(store_path(INSTANCE))
+    store = SQLiteStore(store_path(INSTANCE))
     for number in range(3):
         store.write(f"s{number}", OWNER, str(number))
     store.close()
@@ -98,7 +98,7 @@ def test_sessions_of_another_instance_are_refused(exported, capsys):
 
 
 def test_a_restore_that_meets_a_session_already_held_restores_none(exported, capsys):
-    store = SessionStore(store_path(INSTANCE))
+    store = SQLiteStore(store_path(INSTANCE))
     store.write("s1", OWNER, "kept")
     store.close()
     assert restore(exported) == 2
@@ -110,6 +110,21 @@ def test_export_of_an_instance_without_a_store_says_so(state_dir, tmp_path, caps
     assert main(["sessions", "export", "--instance", "nothing", "--output", str(tmp_path / "x.json")]) == 2
     assert "has no session store" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
+
+
+def test_export_and_restore_use_the_store_they_are_given(state_dir, tmp_path):
+    store = SQLiteStore(tmp_path / "from.sqlite3")
+    store.write("s0", OWNER, "0")
+    store.close()
+    path = tmp_path / "x.json"
+    assert main(["sessions", "export", "--instance", INSTANCE, "--store", str(tmp_path / "from.sqlite3"), "--output", str(path)]) == 0
+    assert main(["sessions", "restore", "--instance", INSTANCE, "--store", str(tmp_path / "to.sqlite3"), "--input", str(path)]) == 0
+    store = SQLiteStore(tmp_path / "to.sqlite3")
+    try:
+        assert [(row.session_id, row.owner, row.state) for row in store.export()] == [("s0", None, "0")]
+    finally:
+        store.close()
+    assert not store_path(INSTANCE).exists()
 
 
 def resealed(path: Path, change) -> None:
@@ -163,15 +178,15 @@ def test_sessions_already_expired_are_skipped_and_counted_as_such(exported, caps
 
 def test_restored_sessions_belong_to_no_worker_until_a_request_takes_them_up(exported):
     assert restore(exported) == 0
-    store = SessionStore(store_path(INSTANCE))
+    store = SQLiteStore(store_path(INSTANCE))
     try:
-        assert {row.session_id: row.owner for row in store.all()} == {"s0": None, "s1": None, "s2": None}
+        assert {row.session_id: row.owner for row in store.export()} == {"s0": None, "s1": None, "s2": None}
     finally:
         store.close()
 
 
 def test_export_writes_a_0600_file_through_a_fresh_temporary_never_through_a_planted_symlink(state_dir, tmp_path):
-    store = SessionStore(store_path(INSTANCE))
+    store = SQLiteStore(store_path(INSTANCE))
     store.write("s0", OWNER, "0")
     store.close()
     out = tmp_path / "out"
@@ -222,19 +237,19 @@ def test_any_file_restores_whole_or_restores_nothing_with_an_error_naming_a_row(
     refused = any(is_bad(row) for row in sessions) or len(set(ids)) != len(ids)
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "sessions.json"
-        path.write_text(json.dumps({"format": "nemo_gym.sessions.cookie/1", "instance": INSTANCE, "count": len(sessions), "sha256": digest(sessions), "sessions": sessions}))
-        store = SessionStore(Path(directory) / "store.sqlite3")
+        path.write_text(json.dumps({"format": "nemo_gym.sessions/1", "instance": INSTANCE, "count": len(sessions), "sha256": digest(sessions), "sessions": sessions}))
+        store = SQLiteStore(Path(directory) / "store.sqlite3")
         try:
             try:
                 outcome = restore_sessions(store, INSTANCE, path)
             except TransferError as error:
                 assert refused, error
                 assert any(f"session {number} ({row['session_id']!r})" in str(error) for number, row in enumerate(sessions)), error
-                assert store.all() == []
+                assert store.export() == []
                 return
             assert not refused
             live = {row["session_id"]: row["state"] for row in sessions if row["expires_at"] > NOW}
-            assert {row.session_id: row.state for row in store.all()} == live
+            assert {row.session_id: row.state for row in store.export()} == live
             assert (outcome.restored, outcome.expired) == (len(live), len(sessions) - len(live))
         finally:
             store.close()
