@@ -74,6 +74,12 @@ def add_server_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_running_servers_options(parser: argparse.ArgumentParser) -> None:
+    """A config whose servers the command starts and stops, or, without one, the servers of a running ``gym env start``."""
+    add_server_options(parser)
+    parser.add_argument("--head-url", help="without a config: head endpoint of the running servers (default: http://127.0.0.1:HEAD_PORT)")
+
+
 def installed_version() -> str:
     """This package's version as installed (``unknown`` when it runs from a checkout that is not)."""
     try:
@@ -104,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--dir", default=".", help="write DIR/resources_servers/NAME/ (default: the working directory)")
     init.set_defaults(handler=env.init)
 
-    eval_parser = groups.add_parser("eval", help="run rollouts").add_subparsers(dest="command", required=True)
+    eval_parser = groups.add_parser("eval", help="run rollouts, prepare benchmarks, aggregate and re-verify rollouts").add_subparsers(dest="command", required=True)
     run = eval_parser.add_parser("run", help="run episodes through an agent's /run and report rewards")
     add_server_options(run)
     run.add_argument("--agent", help="agent instance name (default: the only agent in the config)")
@@ -116,6 +122,30 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-serve", action="store_true", help="use the servers of a running `gym env start`")
     run.add_argument("--head-url", help="head endpoint of that run (default: http://127.0.0.1:HEAD_PORT)")
     run.set_defaults(handler=eval_cli.run)
+    prepare = eval_parser.add_parser("prepare", help="run the prepare script of each benchmark dataset of a config, writing its JSONL")
+    prepare.add_argument("--config", action="append", default=[], help="YAML config file; repeat to merge (later wins)")
+    prepare.add_argument("--benchmark", help="shortcut: the config benchmarks/NAME/config.yaml (NAME/FLAVOR: benchmarks/NAME/FLAVOR.yaml)")
+    prepare.add_argument("--use-cached", action="store_true", help="skip a benchmark whose JSONL already exists")
+    add_search_dir(prepare)
+    prepare.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="+prepare_script_args.NAME=VALUE passes NAME to prepare()")
+    prepare.set_defaults(handler=eval_cli.prepare)
+    aggregate = eval_parser.add_parser("aggregate", help="metrics over rollout shards from each agent's /aggregate_metrics; the shards merged")
+    add_running_servers_options(aggregate)
+    aggregate.add_argument("--input-glob", "-i", required=True, help="glob, or comma-separated globs, of the rollout shards")
+    aggregate.add_argument("--output", "-o", required=True, help="merged rollouts JSONL; the metrics go beside it as <stem>_aggregate_metrics.json")
+    aggregate.add_argument("--no-merge-shards", action="store_true", help="write only the metrics")
+    aggregate.set_defaults(handler=eval_cli.aggregate)
+    reverify = eval_parser.add_parser("reverify", help="recompute the rewards of stored rollouts with their resources server's /verify")
+    add_running_servers_options(reverify)
+    reverify.add_argument("--inputs", required=True, help="materialized inputs JSONL (rows with _ng_task_index and _ng_rollout_index)")
+    reverify.add_argument("--rollouts", required=True, help="rollouts JSONL to re-verify")
+    reverify.add_argument("--output", "-o", required=True, help="JSONL of the recomputed results; failures go to <stem>_failures.jsonl")
+    reverify.add_argument("--concurrency", type=positive_int, help="most /verify calls at once (default: all)")
+    reverify.add_argument("--limit", type=positive_int, help="re-verify only the first L rollouts")
+    reverify.add_argument("--force", action="store_true", help="re-verify with servers whose reverify mode is unknown or unsupported (files prefixed unsafe_)")
+    reverify.add_argument("--overwrite", action="store_true", help="delete an existing output instead of refusing")
+    reverify.add_argument("--disable-aggregation", action="store_true", help="skip the aggregate metrics file")
+    reverify.set_defaults(handler=eval_cli.reverify)
 
     listing = groups.add_parser("list", help="list the servers found in the search roots: type, name, path")
     add_search_dir(listing)

@@ -1,0 +1,104 @@
+"""Re-verification of stored rollouts (upstream's ``gym eval reverify``): each rollout's response, joined to its
+materialized input row by task and rollout index, goes to ``/verify`` of its agent's resources server again."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from nemo_gym.client import ServerClient
+from nemo_gym.config import Instance
+from nemo_gym.global_config import AGENT_REF_KEY_NAME, ROLLOUT_INDEX_KEY_NAME, TASK_INDEX_KEY_NAME
+from nemo_gym.rollouts import read_jsonl
+
+# Modes under which /verify may not give the stored rollout's reward again (the session state is gone).
+UNSAFE_MODES = ("unknown", "unsupported")
+FAILURE_CLASS_KEY = "_ng_failure_class"
+
+
+def key_of(row: dict[str, Any], path: Path, number: int) -> tuple[Any, Any]:
+    if not isinstance(row, dict) or TASK_INDEX_KEY_NAME not in row or ROLLOUT_INDEX_KEY_NAME not in row:
+        raise ValueError(f"{path}:{number}: a row needs {TASK_INDEX_KEY_NAME} and {ROLLOUT_INDEX_KEY_NAME}")
+    return row[TASK_INDEX_KEY_NAME], row[ROLLOUT_INDEX_KEY_NAME]
+
+
+def verify_payloads(inputs: Path, rollouts: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """The input row of each rollout with the rollout's ``response``; the first ``limit`` rollouts only."""
+    by_key = {key_of(row, inputs, number): row for number, row in read_jsonl(inputs)}
+    payloads = []
+    for number, rollout in read_jsonl(rollouts):
+        if limit is not None and len(payloads) >= limit:
+            break
+        key = key_of(rollout, rollouts, number)
+        if key not in by_key:
+            raise ValueError(f"{rollouts}:{number}: no materialized input row for the rollout of task {key[0]}, rollout {key[1]} in {inputs}")
+        payloads.append({**by_key[key], "response": rollout.get("response")})
+    return payloads
+
+
+def resources_server_of_agents(instances: dict[str, Instance]) -> dict[str | None, str]:
+    """Agent name -> the resources server it verifies with; with no agent and one resources server, that one for every row."""
+    mapping: dict[str | None, str] = {
+        name: instance.settings["resources_server"]["name"]
+        for name, instance in instances.items()
+        if instance.server_type == "responses_api_agents" and isinstance(instance.settings.get("resources_server"), dict)
+    }
+    servers = [name for name, instance in instances.items() if instance.server_type == "resources_servers"]
+    if not mapping and len(servers) != 1:
+        raise ValueError(f"reverify: no agent names its resources server, and the config has {len(servers)} resources servers: {servers}")
+    if len(set(mapping.values()) or servers) == 1:
+        mapping[None] = next(iter(set(mapping.values()) or servers))
+    return mapping
+
+
+def server_for(row: dict[str, Any], mapping: dict[str | None, str]) -> str:
+    reference = row.get(AGENT_REF_KEY_NAME)
+    agent = reference.get("name") if isinstance(reference, dict) else None
+    if agent in mapping:
+        return mapping[agent]
+    if agent is None and None in mapping:
+        return mapping[None]
+    raise ValueError(f"reverify: the rollout of task {row.get(TASK_INDEX_KEY_NAME)}, rollout {row.get(ROLLOUT_INDEX_KEY_NAME)} names agent {agent!r}, which is not in the config")
+
+
+async def unsafe_servers(client: ServerClient, servers: set[str]) -> list[str]:
+    """The resources servers whose ``GET /reverify_mode`` is unknown or unsupported."""
+    unsafe = []
+    for name in sorted(servers):
+        reply = await client.get(name, "/reverify_mode")
+        if not reply.ok:
+            raise ValueError(f"{name}/reverify_mode answered {reply.status}: {reply.text}")
+        if reply.body in UNSAFE_MODES:
+            unsafe.append(name)
+    return unsafe
+
+
+async def reverify(client: ServerClient, payloads: list[dict[str, Any]], mapping: dict[str | None, str], concurrency: int | None) -> list[dict[str, Any]]:
+    """Each payload's ``/verify`` result, stamped with its indices and agent; a refused one raises, naming it."""
+    gate = asyncio.Semaphore(concurrency or len(payloads) or 1)
+
+    async def one(row: dict[str, Any]) -> dict[str, Any]:
+        server = server_for(row, mapping)
+        async with gate:
+            reply = await client.post(server, "/verify", json=row)
+        if not reply.ok or not isinstance(reply.body, dict):
+            raise ValueError(f"{server}/verify answered {reply.status} for task {row.get(TASK_INDEX_KEY_NAME)}, rollout {row.get(ROLLOUT_INDEX_KEY_NAME)}: {reply.text}")
+        stamps = {key: row[key] for key in (TASK_INDEX_KEY_NAME, ROLLOUT_INDEX_KEY_NAME, AGENT_REF_KEY_NAME) if key in row}
+        return {**reply.body, **stamps}
+
+    return list(await asyncio.gather(*(one(row) for row in payloads)))
+
+
+def output_paths(output: str | Path, prefix: str, overwrite: bool) -> tuple[Path, Path]:
+    """The results file and its ``_failures.jsonl`` sidecar (``prefix`` before each name); existing ones are an
+    error unless ``overwrite``, which deletes them."""
+    output = Path(output)
+    output = output.with_name(prefix + output.name)
+    failures = output.with_name(f"{output.stem}_failures.jsonl")
+    for path in (output, failures):
+        if path.exists():
+            if not overwrite:
+                raise ValueError(f"output file already exists: '{path}'. Pass --overwrite to delete it and start fresh")
+            path.unlink()
+    return output, failures
