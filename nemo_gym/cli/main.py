@@ -6,7 +6,7 @@ import argparse
 import importlib.metadata
 import sys
 
-from nemo_gym.cli import env, eval as eval_cli, sessions
+from nemo_gym.cli import dataset, env, eval as eval_cli, sessions
 from nemo_gym.cli.servers import list_servers
 from nemo_gym.config import ConfigError
 from nemo_gym.head import DEFAULT_HEAD_PORT
@@ -150,12 +150,16 @@ def build_parser() -> argparse.ArgumentParser:
     listing = groups.add_parser("list", help="list the servers found in the search roots: type, name, path")
     add_search_dir(listing)
     listing.set_defaults(handler=list_servers)
+    dataset.add_commands(groups, add_search_dir)
     sessions.add_commands(groups)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "takes_any_arguments", False):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args.handler(args)
     except (ConfigError, ValueError, ConnectionError) as error:
