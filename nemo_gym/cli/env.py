@@ -1,15 +1,20 @@
-"""``gym env start``, ``gym env test``, ``gym env resolve`` and ``gym env init``."""
+"""``gym env start``, ``gym env test``, ``gym env resolve``, ``gym env validate``, ``gym env status`` and ``gym env init``."""
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import importlib.util
 import inspect
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +23,7 @@ from pydantic import ValidationError
 
 from nemo_gym import config as gym_config
 from nemo_gym.cli.scaffold import scaffold
+from nemo_gym.head import fetch_instances
 from nemo_gym.launcher import Launcher
 from nemo_gym.openai_utils import new_response
 from nemo_gym.presets import environment_trio
@@ -55,6 +61,62 @@ def resolve(args: argparse.Namespace) -> int:
     data, sources = gym_config.resolve(layers["paths"], layers["overrides"], layers["roots"], layers.get("initial"))
     gym_config.check_settings(gym_config.parse(data, sources, check_ports=False), layers["roots"])
     print(yaml.safe_dump(redact(data), sort_keys=False), end="")
+    return 0
+
+
+def validate(args: argparse.Namespace) -> int:
+    """Check a config as ``env start`` would (files, keys, each server's own config model), starting nothing."""
+    if args.workload:
+        raise ValueError(
+            f"gym env validate {args.workload}: manifest-backed workloads are not supported here; validate a config with --config FILE or --resources-server NAME"
+        )
+    layers = config_layers(args)
+    data, sources = gym_config.resolve(layers["paths"], layers["overrides"], layers["roots"], layers.get("initial"))
+    gym_config.check_settings(gym_config.parse(data, sources, check_ports=False), layers["roots"])
+    print("✓ Config is valid.")
+    return 0
+
+
+def probe(url: str, timeout: float = 2) -> str:
+    """Upstream's health words for ``GET url``: success, connection_error, timeout or unknown_error."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return "success"
+    except (TimeoutError, socket.timeout):
+        return "timeout"
+    except urllib.error.URLError as error:
+        return "timeout" if isinstance(error.reason, (TimeoutError, socket.timeout)) else "connection_error"
+    except (ConnectionError, http.client.HTTPException):
+        return "connection_error"
+    except OSError:
+        return "unknown_error"
+
+
+def status(args: argparse.Namespace) -> int:
+    """The servers of a running ``gym env start``, as its head endpoint lists them, each asked ``GET /``."""
+    try:
+        instances = fetch_instances(args.head_url or f"http://127.0.0.1:{args.head_port}")
+    except ConnectionError as error:
+        print(f"could not reach the head endpoint: {error}", file=sys.stderr)
+        instances = {}
+    servers = [
+        {"process_name": name, "server_type": i.server_type, "name": i.implementation, "host": i.host, "port": i.port, "url": i.url,
+         "num_workers": i.num_workers, "status": probe(i.url)}
+        for name, i in instances.items()
+    ]
+    if args.json:
+        print(json.dumps(servers))
+        return 0
+    if not servers:
+        print("No NeMo Gym servers found running.")
+        return 0
+    print("\nNeMo Gym Server Status:\n")
+    for number, server in enumerate(servers, 1):
+        mark = "✓" if server["status"] == "success" else "✗"
+        print(f"[{number}] {mark} {server['process_name']} ({server['server_type']}/{server['name']})")
+        print(f"    {server['url']}  workers: {server['num_workers']}  status: {server['status']}")
+    healthy = sum(server["status"] == "success" for server in servers)
+    print(f"\n{len(servers)} servers found ({healthy} healthy, {len(servers) - healthy} unhealthy)\n")
     return 0
 
 

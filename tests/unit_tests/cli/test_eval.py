@@ -37,8 +37,7 @@ def running(tmp_path_factory):
     """The answer stack started once, as `gym env start` would run it: (config path, head URL)."""
     root = tmp_path_factory.mktemp("answer_root")
     config = write_root(root)
-    launcher = Launcher(load([config], roots=search_roots([root])), free_port())
-    with launcher.start():
+    with Launcher(load([config], roots=search_roots([root])), free_port()) as launcher:
         yield config, launcher.head_url
 
 
