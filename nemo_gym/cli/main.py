@@ -6,8 +6,7 @@ import argparse
 import importlib.metadata
 import sys
 
-from nemo_gym.cli import dataset, env, eval as eval_cli, sessions
-from nemo_gym.cli.servers import list_servers
+from nemo_gym.cli import dataset, env, eval as eval_cli, servers, sessions
 from nemo_gym.config import ConfigError
 from nemo_gym.head import DEFAULT_HEAD_PORT
 from nemo_gym.launcher import LaunchError
@@ -156,9 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     reverify.add_argument("--disable-aggregation", action="store_true", help="skip the aggregate metrics file")
     reverify.set_defaults(handler=eval_cli.reverify)
 
-    listing = groups.add_parser("list", help="list the servers found in the search roots: type, name, path")
-    add_search_dir(listing)
-    listing.set_defaults(handler=list_servers)
+    servers.add_commands(groups, add_search_dir)
     dataset.add_commands(groups, add_search_dir)
     sessions.add_commands(groups)
     return parser
