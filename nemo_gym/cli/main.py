@@ -1,4 +1,4 @@
-"""``gym``: the command line. ``gym env start|test|resolve|init``, ``gym eval run``, ``gym list``, ``gym sessions``."""
+"""``gym``: the command line. ``gym env start|test|resolve|validate|status|init``, ``gym eval run|prepare|aggregate|reverify``, ``gym dataset``, ``gym list [KIND]``, ``gym sessions``."""
 
 from __future__ import annotations
 
