@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from nemo_gym import config as gym_config
+from nemo_gym.cli.upstream_keys import gives_config_paths
 from nemo_gym.data_collation import MODES, collate as collate_datasets
 from nemo_gym.prompt import materialize_prompts
 from nemo_gym.server_paths import search_roots
@@ -27,6 +28,8 @@ def render(args: argparse.Namespace) -> int:
 
 
 def collate(args: argparse.Namespace) -> int:
+    if not args.config and not gives_config_paths(args.overrides):
+        raise ValueError("give --config FILE")
     roots = search_roots(args.search_dir)
     data, _ = gym_config.resolve(args.config, args.overrides, roots)
     collated = collate_datasets(data, roots, args.mode, Path(args.output_dir), args.download, args.overwrite_metrics_conflicts)
@@ -46,7 +49,7 @@ def add_commands(groups: argparse._SubParsersAction, add_search_dir) -> None:
     rendering.add_argument("--output", "-o", required=True, help="JSONL to write")
     rendering.set_defaults(handler=render)
     collating = parser.add_parser("collate", help="check the datasets a config's agents declare, write their metrics, collate them per type")
-    collating.add_argument("--config", action="append", default=[], required=True, help="YAML config file; repeat to merge (later wins)")
+    collating.add_argument("--config", action="append", default=[], help="YAML config file; repeat to merge (later wins)")
     collating.add_argument("--mode", choices=sorted(MODES), required=True, help="train_preparation: train, validation, benchmark; example_validation: example")
     collating.add_argument("--output-dir", required=True, help="directory for <type>.jsonl and <type>_metrics.json")
     collating.add_argument("--download", action="store_true", help="download missing datasets (not available here)")

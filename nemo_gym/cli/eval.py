@@ -16,6 +16,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.agent_metrics import metrics_by_agent, rollout_order, write_agent_metrics
 from nemo_gym.benchmark_data import benchmarks_of, prepare_function, prepare as prepare_benchmark
 from nemo_gym.cli.env import instances_from_args
+from nemo_gym.cli.upstream_keys import gives_config_paths
 from nemo_gym.client import ServerClient
 from nemo_gym.config import Instance, free_port
 from nemo_gym.head import fetch_instances
@@ -101,7 +102,7 @@ def prepare(args: argparse.Namespace) -> int:
     """Run the prepare script of every benchmark dataset of the config, after checking that each has one."""
     roots = search_roots(args.search_dir)
     paths = [*args.config, *([benchmark_config(args.benchmark, roots)] if args.benchmark else [])]
-    if not paths:
+    if not paths and not gives_config_paths(args.overrides):
         raise ValueError("give --benchmark NAME or --config FILE")
     data, _ = gym_config.resolve(paths, args.overrides, roots)
     benchmarks = benchmarks_of(data, roots)

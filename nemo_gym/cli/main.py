@@ -7,6 +7,7 @@ import importlib.metadata
 import sys
 
 from nemo_gym.cli import dataset, env, eval as eval_cli, servers, sessions
+from nemo_gym.cli.upstream_keys import as_flags
 from nemo_gym.config import ConfigError
 from nemo_gym.head import DEFAULT_HEAD_PORT
 from nemo_gym.launcher import LaunchError
@@ -163,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
+    args, unknown = parser.parse_known_args(as_flags(sys.argv[1:] if argv is None else argv))
     if unknown and not getattr(args, "takes_any_arguments", False):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:

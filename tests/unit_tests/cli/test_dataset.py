@@ -103,3 +103,19 @@ def test_gym_dataset_hub_commands_say_they_are_not_available_here_and_why(comman
     assert main(["dataset", command, "--name", "x"]) == 2
     error = capsys.readouterr().err
     assert f"gym dataset {command} is not available here" in error and "over the network" in error
+
+
+def test_upstreams_ng_prepare_data_and_ng_materialize_prompts_invocations_run_unchanged(tmp_path, monkeypatch):
+    from nemo_gym.cli import aliases
+
+    monkeypatch.chdir(tmp_path)
+    write_jsonl(tmp_path / "data" / "example.jsonl", ROWS)
+    config = agent_config(tmp_path, [{"name": "math_example", "type": "example", "jsonl_fpath": "data/example.jsonl"}])
+    monkeypatch.setattr("sys.argv", ["ng_prepare_data", f"+config_paths=[{config}]", "+output_dirpath=prepared", "+mode=example_validation"])
+    assert aliases.main() == 0
+    assert len(read_jsonl(tmp_path / "prepared" / "example.jsonl")) == 2
+    write_jsonl(tmp_path / "raw.jsonl", [{"question": "2+2?"}])
+    (tmp_path / "prompt.yaml").write_text(yaml.safe_dump({"user": "Q: {question}"}))
+    monkeypatch.setattr("sys.argv", ["nemo_gym_materialize_prompts", "+input_jsonl_fpath=raw.jsonl", "+prompt_config=prompt.yaml", "+output_jsonl_fpath=rendered.jsonl"])
+    assert aliases.main() == 0
+    assert read_jsonl(tmp_path / "rendered.jsonl")[0]["responses_create_params"]["input"] == [{"role": "user", "content": "Q: 2+2?"}]

@@ -224,3 +224,20 @@ def test_gym_eval_prepare_without_a_benchmark_dataset_or_with_an_unknown_benchma
     assert "no benchmark config found" in capsys.readouterr().err
     assert main(["eval", "prepare", "--benchmark", "nope"]) == 2
     assert "--benchmark nope: no benchmarks/nope/config.yaml" in capsys.readouterr().err
+
+
+def test_upstreams_ng_aggregate_rollouts_and_ng_prepare_benchmark_invocations_run_unchanged(running, tmp_path, monkeypatch):
+    from nemo_gym.cli import aliases
+
+    _, head_url = running
+    write_shards(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["ng_aggregate_rollouts", f"+input_glob={tmp_path}/rollouts-chunk*.jsonl", f"+output_jsonl_fpath={tmp_path}/all.jsonl", "+merge_shards=false", "--head-url", head_url])
+    assert aliases.main() == 0
+    assert not (tmp_path / "all.jsonl").exists()
+    [entry] = json.loads((tmp_path / "all_aggregate_metrics.json").read_text())
+    assert entry["agent_metrics"]["mean/reward"] == 0.75
+    directory = write_benchmark(tmp_path / "root")
+    monkeypatch.chdir(tmp_path / "root")
+    monkeypatch.setattr(sys, "argv", ["ng_prepare_benchmark", "+config_paths=[benchmarks/toy/config.yaml]", "+prepare_script_args.rows=5"])
+    assert aliases.main() == 0
+    assert len(read_jsonl(directory / "data" / "toy_benchmark.jsonl")) == 5
