@@ -4,6 +4,7 @@ materialized input row by task and rollout index, goes to ``/verify`` of its age
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,29 +38,41 @@ def verify_payloads(inputs: Path, rollouts: Path, limit: int | None = None) -> l
     return payloads
 
 
-def resources_server_of_agents(instances: dict[str, Instance]) -> dict[str | None, str]:
-    """Agent name -> the resources server it verifies with; with no agent and one resources server, that one for every row."""
-    mapping: dict[str | None, str] = {
+@dataclass
+class Routes:
+    """Agent name -> the resources server it verifies with; ``default`` takes the rows the mapping does not place:
+    every row when the config has no agent (and one resources server), else the rows naming no agent when all agents share one."""
+
+    by_agent: dict[str, str]
+    default: str | None
+
+    def server_for(self, row: dict[str, Any]) -> str:
+        reference = row.get(AGENT_REF_KEY_NAME)
+        agent = reference.get("name") if isinstance(reference, dict) else None
+        if agent in self.by_agent:
+            return self.by_agent[agent]
+        if self.default is not None and (agent is None or not self.by_agent):
+            return self.default
+        where = f"task {row.get(TASK_INDEX_KEY_NAME)}, rollout {row.get(ROLLOUT_INDEX_KEY_NAME)}"
+        raise ValueError(f"reverify: the rollout of {where} names agent {agent!r}; the config's agents are {sorted(self.by_agent)}")
+
+    def servers(self) -> set[str]:
+        return set(self.by_agent.values()) | ({self.default} if self.default else set())
+
+
+def routes_of(instances: dict[str, Instance]) -> Routes:
+    by_agent = {
         name: instance.settings["resources_server"]["name"]
         for name, instance in instances.items()
         if instance.server_type == "responses_api_agents" and isinstance(instance.settings.get("resources_server"), dict)
     }
+    if by_agent:
+        shared = set(by_agent.values())
+        return Routes(by_agent, shared.pop() if len(shared) == 1 else None)
     servers = [name for name, instance in instances.items() if instance.server_type == "resources_servers"]
-    if not mapping and len(servers) != 1:
+    if len(servers) != 1:
         raise ValueError(f"reverify: no agent names its resources server, and the config has {len(servers)} resources servers: {servers}")
-    if len(set(mapping.values()) or servers) == 1:
-        mapping[None] = next(iter(set(mapping.values()) or servers))
-    return mapping
-
-
-def server_for(row: dict[str, Any], mapping: dict[str | None, str]) -> str:
-    reference = row.get(AGENT_REF_KEY_NAME)
-    agent = reference.get("name") if isinstance(reference, dict) else None
-    if agent in mapping:
-        return mapping[agent]
-    if agent is None and None in mapping:
-        return mapping[None]
-    raise ValueError(f"reverify: the rollout of task {row.get(TASK_INDEX_KEY_NAME)}, rollout {row.get(ROLLOUT_INDEX_KEY_NAME)} names agent {agent!r}, which is not in the config")
+    return Routes({}, servers[0])
 
 
 async def unsafe_servers(client: ServerClient, servers: set[str]) -> list[str]:
@@ -74,12 +87,12 @@ async def unsafe_servers(client: ServerClient, servers: set[str]) -> list[str]:
     return unsafe
 
 
-async def reverify(client: ServerClient, payloads: list[dict[str, Any]], mapping: dict[str | None, str], concurrency: int | None) -> list[dict[str, Any]]:
+async def reverify(client: ServerClient, payloads: list[dict[str, Any]], routes: Routes, concurrency: int | None) -> list[dict[str, Any]]:
     """Each payload's ``/verify`` result, stamped with its indices and agent; a refused one raises, naming it."""
     gate = asyncio.Semaphore(concurrency or len(payloads) or 1)
 
     async def one(row: dict[str, Any]) -> dict[str, Any]:
-        server = server_for(row, mapping)
+        server = routes.server_for(row)
         async with gate:
             reply = await client.post(server, "/verify", json=row)
         if not reply.ok or not isinstance(reply.body, dict):

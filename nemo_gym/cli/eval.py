@@ -21,7 +21,7 @@ from nemo_gym.client import ServerClient
 from nemo_gym.config import Instance, free_port
 from nemo_gym.head import fetch_instances
 from nemo_gym.launcher import Launcher
-from nemo_gym.reverification import FAILURE_CLASS_KEY, output_paths, resources_server_of_agents, reverify as reverify_rows, unsafe_servers, verify_payloads
+from nemo_gym.reverification import FAILURE_CLASS_KEY, output_paths, reverify as reverify_rows, routes_of, unsafe_servers, verify_payloads
 from nemo_gym.rollouts import read_jsonl, read_rows, run_episodes, write_results
 from nemo_gym.server_paths import search_roots
 
@@ -169,10 +169,10 @@ def aggregate(args: argparse.Namespace) -> int:
 
 
 async def reverify_on(instances: dict[str, Instance], payloads: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    mapping = resources_server_of_agents(instances)
+    routes = routes_of(instances)
     client = ServerClient(instances)
     try:
-        unsafe = await unsafe_servers(client, set(mapping.values()))
+        unsafe = await unsafe_servers(client, routes.servers())
         if unsafe and not args.force:
             raise ValueError(
                 f"resources server(s) {unsafe} have reverify_mode unknown or unsupported: their /verify may not give a stored rollout's "
@@ -181,7 +181,7 @@ async def reverify_on(instances: dict[str, Instance], payloads: list[dict[str, A
         if unsafe:
             print(f"WARNING: resources server(s) {unsafe} have reverify_mode unknown or unsupported; rewards may be wrong. Output is prefixed with 'unsafe_'.")
         output, failures = output_paths(args.output, "unsafe_" if unsafe else "", args.overwrite)
-        results = await reverify_rows(client, payloads, mapping, args.concurrency)
+        results = await reverify_rows(client, payloads, routes, args.concurrency)
         successes = [row for row in results if row.get(FAILURE_CLASS_KEY) is None]
         write_jsonl(output, successes)
         write_jsonl(failures, [row for row in results if row.get(FAILURE_CLASS_KEY) is not None])
