@@ -34,13 +34,18 @@ def stripped(row: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
-async def metrics_by_agent(client: ServerClient, results: list[dict[str, Any]], default_agent: str | None = None) -> list[dict[str, Any]]:
-    """One entry per agent: its ``/aggregate_metrics`` over the rollouts that name it (``default_agent`` for the
-    rows that name none; without one those are left out, as upstream leaves them out)."""
+async def metrics_by_agent(client: ServerClient, results: list[dict[str, Any]], agents: list[str]) -> list[dict[str, Any]]:
+    """One entry per agent: its ``/aggregate_metrics`` over the rollouts that name it. Rows naming no agent count
+    under the only agent of ``agents`` (without one, they are left out, as upstream leaves them out); a row naming
+    an agent not in ``agents`` is an error."""
+    default = agents[0] if len(agents) == 1 else None
     by_agent: dict[str, list[dict[str, Any]]] = {}
     for row in results:
-        if (name := agent_of(row, default_agent)) is not None:
+        if (name := agent_of(row, default)) is not None:
             by_agent.setdefault(name, []).append(stripped(row))
+    unknown = sorted(set(by_agent) - set(agents))
+    if unknown:
+        raise ValueError(f"the rollouts name agents {unknown} that the servers do not have; their agents: {agents}")
     entries = []
     for name, rows in by_agent.items():
         reply = await client.post(name, "/aggregate_metrics", json={"verify_responses": rows})

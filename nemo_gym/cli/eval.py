@@ -41,12 +41,6 @@ def pick_agent(instances: dict[str, Instance], requested: str | None) -> str:
     return agents[0]
 
 
-def only_agent(instances: dict[str, Instance]) -> str | None:
-    """The config's one agent, which rows naming no agent are counted under; None when there are several."""
-    agents = agents_of(instances)
-    return agents[0] if len(agents) == 1 else None
-
-
 @contextlib.contextmanager
 def servers(args: argparse.Namespace) -> Iterator[dict[str, Instance]]:
     """With a config (``--config`` or ``--resources-server``) its servers, started here and stopped after;
@@ -144,7 +138,7 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 async def agent_metrics(instances: dict[str, Instance], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     client = ServerClient(instances)
     try:
-        return await metrics_by_agent(client, results, only_agent(instances))
+        return await metrics_by_agent(client, results, agents_of(instances))
     finally:
         await client.close()
 
@@ -187,7 +181,7 @@ async def reverify_on(instances: dict[str, Instance], payloads: list[dict[str, A
         write_jsonl(failures, [row for row in results if row.get(FAILURE_CLASS_KEY) is not None])
         print(f"Re-verified {len(results)} rollout(s): {output}")
         if not args.disable_aggregation:
-            metrics_path = write_agent_metrics(output, await metrics_by_agent(client, successes, only_agent(instances)))
+            metrics_path = write_agent_metrics(output, await metrics_by_agent(client, successes, agents_of(instances)))
             print(f"Aggregate metrics: {metrics_path}")
     finally:
         await client.close()

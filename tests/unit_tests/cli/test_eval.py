@@ -81,6 +81,23 @@ def test_gym_eval_aggregate_with_no_merge_shards_writes_only_the_metrics(running
     assert not output.exists() and (tmp_path / "rollouts_aggregate_metrics.json").exists()
 
 
+def test_gym_eval_aggregate_of_rollouts_naming_an_agent_the_servers_lack_is_an_error_naming_it(running, tmp_path, capsys):
+    _, head_url = running
+    row = {**rollout_row(0, 0, "2", "2", 1.0), "agent_ref": {"name": "gone_agent"}}
+    write_jsonl(tmp_path / "shard.jsonl", [row])
+    assert main(["eval", "aggregate", "--input-glob", str(tmp_path / "shard.jsonl"), "--output", str(tmp_path / "out.jsonl"), "--head-url", head_url]) == 2
+    assert f"the rollouts name agents ['gone_agent'] that the servers do not have; their agents: ['{AGENT}']" in capsys.readouterr().err
+
+
+def test_gym_eval_aggregate_counts_rows_naming_no_agent_under_the_configs_only_agent(running, tmp_path):
+    _, head_url = running
+    rows = [{key: value for key, value in rollout_row(0, n, "2", "2", float(n)).items() if key != "agent_ref"} for n in range(2)]
+    write_jsonl(tmp_path / "shard.jsonl", rows)
+    assert main(["eval", "aggregate", "--input-glob", str(tmp_path / "shard.jsonl"), "--output", str(tmp_path / "out.jsonl"), "--head-url", head_url]) == 0
+    [entry] = json.loads((tmp_path / "out_aggregate_metrics.json").read_text())
+    assert (entry["agent_ref"], entry["agent_metrics"]["mean/reward"]) == ({"name": AGENT}, 0.5)
+
+
 def test_gym_eval_aggregate_with_a_config_starts_its_servers_and_stops_them(tmp_path):
     root = tmp_path / "root"
     config = write_root(root)
