@@ -103,15 +103,26 @@ async def reverify(client: ServerClient, payloads: list[dict[str, Any]], routes:
     return list(await asyncio.gather(*(one(row) for row in payloads)))
 
 
-def output_paths(output: str | Path, prefix: str, overwrite: bool) -> tuple[Path, Path]:
-    """The results file and its ``_failures.jsonl`` sidecar (``prefix`` before each name); existing ones are an
-    error unless ``overwrite``, which deletes them."""
+def output_paths(output: str | Path, prefix: str, overwrite: bool, resume: bool) -> tuple[Path, Path]:
+    """The results file and its ``_failures.jsonl`` sidecar (``prefix`` before each name). Existing ones are kept to
+    be added to with ``resume``, deleted with ``overwrite``, and an error otherwise."""
     output = Path(output)
     output = output.with_name(prefix + output.name)
     failures = output.with_name(f"{output.stem}_failures.jsonl")
     for path in (output, failures):
-        if path.exists():
+        if path.exists() and not resume:
             if not overwrite:
-                raise ValueError(f"output file already exists: '{path}'. Pass --overwrite to delete it and start fresh")
+                raise ValueError(f"output file already exists: '{path}'. Pass --overwrite to delete it and start fresh, or --resume to continue it")
             path.unlink()
     return output, failures
+
+
+def done_rows(output: Path) -> list[dict[str, Any]]:
+    """The results a previous run wrote (none when there is no file)."""
+    return [row for _, row in read_jsonl(output)] if output.exists() else []
+
+
+def not_done(payloads: list[dict[str, Any]], done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The payloads whose task and rollout no result in ``done`` has."""
+    keys = {(row.get(TASK_INDEX_KEY_NAME), row.get(ROLLOUT_INDEX_KEY_NAME)) for row in done}
+    return [row for row in payloads if (row[TASK_INDEX_KEY_NAME], row[ROLLOUT_INDEX_KEY_NAME]) not in keys]

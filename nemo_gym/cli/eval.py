@@ -21,7 +21,7 @@ from nemo_gym.client import ServerClient
 from nemo_gym.config import Instance, free_port
 from nemo_gym.head import fetch_instances
 from nemo_gym.launcher import Launcher
-from nemo_gym.reverification import FAILURE_CLASS_KEY, output_paths, reverify as reverify_rows, routes_of, unsafe_servers, verify_payloads
+from nemo_gym.reverification import FAILURE_CLASS_KEY, done_rows, not_done, output_paths, reverify as reverify_rows, routes_of, unsafe_servers, verify_payloads
 from nemo_gym.rollouts import read_jsonl, read_rows, run_episodes, write_results
 from nemo_gym.server_paths import search_roots
 
@@ -129,9 +129,9 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+def write_jsonl(path: Path, rows: list[dict[str, Any]], append: bool = False) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as file:
+    with open(path, "a" if append else "w") as file:
         file.writelines(json.dumps(row) + "\n" for row in rows)
 
 
@@ -174,14 +174,17 @@ async def reverify_on(instances: dict[str, Instance], payloads: list[dict[str, A
             )
         if unsafe:
             print(f"WARNING: resources server(s) {unsafe} have reverify_mode unknown or unsupported; rewards may be wrong. Output is prefixed with 'unsafe_'.")
-        output, failures = output_paths(args.output, "unsafe_" if unsafe else "", args.overwrite)
-        results = await reverify_rows(client, payloads, routes, args.concurrency)
+        output, failures = output_paths(args.output, "unsafe_" if unsafe else "", args.overwrite, args.resume)
+        done = done_rows(output) if args.resume else []
+        if args.resume:
+            print(f"Resuming: {len(done)} rollout(s) already in {output}")
+        results = await reverify_rows(client, not_done(payloads, done), routes, args.concurrency)
         successes = [row for row in results if row.get(FAILURE_CLASS_KEY) is None]
-        write_jsonl(output, successes)
-        write_jsonl(failures, [row for row in results if row.get(FAILURE_CLASS_KEY) is not None])
+        write_jsonl(output, successes, append=True)
+        write_jsonl(failures, [row for row in results if row.get(FAILURE_CLASS_KEY) is not None], append=True)
         print(f"Re-verified {len(results)} rollout(s): {output}")
         if not args.disable_aggregation:
-            metrics_path = write_agent_metrics(output, await metrics_by_agent(client, successes, agents_of(instances)))
+            metrics_path = write_agent_metrics(output, await metrics_by_agent(client, done + successes, agents_of(instances)))
             print(f"Aggregate metrics: {metrics_path}")
     finally:
         await client.close()

@@ -153,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     reverify.add_argument("--limit", type=positive_int, help="re-verify only the first L rollouts")
     reverify.add_argument("--force", action="store_true", help="re-verify with servers whose reverify mode is unknown or unsupported (files prefixed unsafe_)")
     reverify.add_argument("--overwrite", action="store_true", help="delete an existing output instead of refusing")
+    reverify.add_argument("--resume", action="store_true", help="keep an existing output and re-verify only the rollouts it lacks")
     reverify.add_argument("--disable-aggregation", action="store_true", help="skip the aggregate metrics file")
     reverify.set_defaults(handler=eval_cli.reverify)
 

@@ -15,12 +15,12 @@ KEYS: dict[tuple[str, str], dict[str, str]] = {
     ("eval", "reverify"): {
         "materialized_inputs_jsonl_fpath": "--inputs", "rollouts_jsonl_fpath": "--rollouts", "output_jsonl_fpath": "--output",
         "num_samples_in_parallel": "--concurrency", "limit": "--limit", "force": "--force", "overwrite": "--overwrite",
-        "disable_aggregation": "--disable-aggregation",
+        "disable_aggregation": "--disable-aggregation", "resume_from_cache": "--resume",
     },
     ("dataset", "render"): {"input_jsonl_fpath": "--input", "prompt_config": "--prompt-config", "output_jsonl_fpath": "--output"},
     ("dataset", "collate"): {"mode": "--mode", "output_dirpath": "--output-dir", "should_download": "--download", "overwrite_metrics_conflicts": "--overwrite-metrics-conflicts"},
 }
-SWITCHES = frozenset({"--use-cached", "--no-merge-shards", "--force", "--overwrite", "--disable-aggregation", "--download", "--overwrite-metrics-conflicts"})
+SWITCHES = frozenset({"--use-cached", "--no-merge-shards", "--force", "--overwrite", "--resume", "--disable-aggregation", "--download", "--overwrite-metrics-conflicts"})
 
 
 def truthy(value: str) -> bool:

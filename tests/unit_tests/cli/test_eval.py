@@ -162,6 +162,20 @@ def test_gym_eval_reverify_refuses_an_existing_output_unless_overwrite(running, 
     assert len(read_jsonl(output)) == 3
 
 
+def test_gym_eval_reverify_resume_re_verifies_only_the_rollouts_the_output_lacks(running, tmp_path, capsys):
+    _, head_url = running
+    inputs, rollouts = reverify_files(tmp_path)
+    output = tmp_path / "reverified.jsonl"
+    arguments = ["eval", "reverify", "--inputs", str(inputs), "--rollouts", str(rollouts), "--output", str(output), "--head-url", head_url]
+    assert main([*arguments, "--limit", "2"]) == 0
+    capsys.readouterr()
+    assert main([*arguments, "--resume"]) == 0
+    assert "Resuming: 2 rollout(s) already in" in capsys.readouterr().out
+    assert sorted((row["_ng_task_index"], row["_ng_rollout_index"]) for row in read_jsonl(output)) == [(0, 0), (0, 1), (1, 0)]
+    [entry] = json.loads((tmp_path / "reverified_aggregate_metrics.json").read_text())
+    assert entry["agent_metrics"]["mean/reward"] == pytest.approx(2 / 3)
+
+
 def test_gym_eval_reverify_names_a_rollout_without_its_materialized_input(tmp_path, capsys):
     inputs, rollouts = reverify_files(tmp_path)
     write_jsonl(inputs, [task_row(0, 0, "2")])
