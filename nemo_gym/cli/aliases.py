@@ -19,6 +19,7 @@ ALIASES = {
     "list_benchmarks": ["list", "benchmarks"],
     "prepare_benchmark": ["eval", "prepare"],
     "aggregate_rollouts": ["eval", "aggregate"],
+    "reward_profile": ["eval", "profile"],
     "materialize_prompts": ["dataset", "render"],
     "prepare_data": ["dataset", "collate"],
     "upload_dataset_to_gitlab": ["dataset", "upload", "--storage", "gitlab"],

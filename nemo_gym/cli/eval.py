@@ -1,5 +1,5 @@
-"""``gym eval run|prepare|aggregate|reverify``: episodes through an agent's /run, benchmark data, shard metrics,
-rewards recomputed."""
+"""``gym eval run|prepare|aggregate|reverify|profile``: episodes through an agent's /run, benchmark data, shard
+metrics, rewards recomputed, reward profiles."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from nemo_gym.client import ServerClient
 from nemo_gym.config import Instance, free_port
 from nemo_gym.head import fetch_instances
 from nemo_gym.launcher import Launcher
+from nemo_gym.reward_profiling import completion, profile as profile_rewards, write_profile
 from nemo_gym.reverification import FAILURE_CLASS_KEY, done_rows, not_done, output_paths, reverify as reverify_rows, routes_of, unsafe_servers, verify_payloads
 from nemo_gym.rollouts import read_jsonl, read_rows, run_episodes, write_results
 from nemo_gym.server_paths import search_roots
@@ -195,4 +196,22 @@ def reverify(args: argparse.Namespace) -> int:
     payloads = verify_payloads(Path(args.inputs), Path(args.rollouts), args.limit)
     with servers(args) as instances:
         asyncio.run(reverify_on(instances, payloads, args))
+    return 0
+
+
+def profile(args: argparse.Namespace) -> int:
+    """Statistics per task and per agent of a collection's rollouts, from files alone (no server)."""
+    for path, flag in ((args.inputs, "--inputs"), (args.rollouts, "--rollouts")):
+        if not Path(path).is_file():
+            raise ValueError(f"input file not found: '{path}' ({flag})")
+    rows, results = read_results(args.inputs), read_results(args.rollouts)
+    tasks, agents = profile_rewards(rows, results, args.allow_partial_rollouts)
+    done = completion(rows, results)
+    profiling, agent_metrics = write_profile(Path(args.rollouts), tasks, agents)
+    print(
+        f"Reward profile completion: {done['completed_rollout_rows']}/{done['expected_rollout_rows']} rollout rows ({done['reward_profile_completion_pct']:.2f}%)\n"
+        f"Input rows: {done['total_input_rows']} total; {done['complete_input_rows']} complete; {done['partial_input_rows']} partial; "
+        f"{done['missing_input_rows']} without rollouts dropped from output.\n"
+        f"Reward profiling outputs: {profiling}\nAgent-level metrics: {agent_metrics}"
+    )
     return 0

@@ -1,4 +1,4 @@
-"""``gym``: the command line. ``gym env start|test|resolve|validate|status|init``, ``gym eval run|prepare|aggregate|reverify``, ``gym dataset``, ``gym list [KIND]``, ``gym sessions``."""
+"""``gym``: the command line. ``gym env start|test|resolve|validate|status|init``, ``gym eval run|prepare|aggregate|reverify|profile``, ``gym dataset``, ``gym list [KIND]``, ``gym sessions``."""
 
 from __future__ import annotations
 
@@ -156,6 +156,11 @@ def build_parser() -> argparse.ArgumentParser:
     reverify.add_argument("--resume", action="store_true", help="keep an existing output and re-verify only the rollouts it lacks")
     reverify.add_argument("--disable-aggregation", action="store_true", help="skip the aggregate metrics file")
     reverify.set_defaults(handler=eval_cli.reverify)
+    profiling = eval_parser.add_parser("profile", help="statistics per task and per agent of a collection's rollouts, from the files alone")
+    profiling.add_argument("--inputs", required=True, help="materialized inputs JSONL that rollout collection was fed")
+    profiling.add_argument("--rollouts", required=True, help="rollouts JSONL it wrote; the profile goes beside it")
+    profiling.add_argument("--allow-partial-rollouts", action="store_true", help="profile a partial collection (inputs without a rollout)")
+    profiling.set_defaults(handler=eval_cli.profile)
 
     servers.add_commands(groups, add_search_dir)
     dataset.add_commands(groups, add_search_dir)

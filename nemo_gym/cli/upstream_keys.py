@@ -17,10 +17,11 @@ KEYS: dict[tuple[str, str], dict[str, str]] = {
         "num_samples_in_parallel": "--concurrency", "limit": "--limit", "force": "--force", "overwrite": "--overwrite",
         "disable_aggregation": "--disable-aggregation", "resume_from_cache": "--resume",
     },
+    ("eval", "profile"): {"materialized_inputs_jsonl_fpath": "--inputs", "rollouts_jsonl_fpath": "--rollouts", "allow_partial_rollouts": "--allow-partial-rollouts"},
     ("dataset", "render"): {"input_jsonl_fpath": "--input", "prompt_config": "--prompt-config", "output_jsonl_fpath": "--output"},
     ("dataset", "collate"): {"mode": "--mode", "output_dirpath": "--output-dir", "should_download": "--download", "overwrite_metrics_conflicts": "--overwrite-metrics-conflicts"},
 }
-SWITCHES = frozenset({"--use-cached", "--no-merge-shards", "--force", "--overwrite", "--resume", "--disable-aggregation", "--download", "--overwrite-metrics-conflicts"})
+SWITCHES = frozenset({"--use-cached", "--no-merge-shards", "--force", "--overwrite", "--resume", "--disable-aggregation", "--download", "--overwrite-metrics-conflicts", "--allow-partial-rollouts"})
 
 
 def truthy(value: str) -> bool:

@@ -272,3 +272,42 @@ def test_upstreams_ng_aggregate_rollouts_and_ng_prepare_benchmark_invocations_ru
     monkeypatch.setattr(sys, "argv", ["ng_prepare_benchmark", "+config_paths=[benchmarks/toy/config.yaml]", "+prepare_script_args.rows=5"])
     assert aliases.main() == 0
     assert len(read_jsonl(directory / "data" / "toy_benchmark.jsonl")) == 5
+
+
+def profile_files(directory: Path) -> tuple[Path, Path]:
+    """Two tasks of two rollouts each; task 1's second rollout never finished."""
+    inputs = [task_row(0, 0, "2"), task_row(0, 1, "2"), task_row(1, 0, "4"), task_row(1, 1, "4")]
+    rollouts = [rollout_row(0, 1, "2", "3", 0.0), rollout_row(0, 0, "2", "2", 1.0), rollout_row(1, 0, "4", "4", 1.0)]
+    return write_jsonl(directory / "inputs.jsonl", inputs), write_jsonl(directory / "rollouts.jsonl", rollouts)
+
+
+def test_gym_eval_profile_writes_per_task_and_per_agent_reward_statistics_beside_the_rollouts(tmp_path, capsys):
+    inputs, rollouts = profile_files(tmp_path)
+    assert main(["eval", "profile", "--inputs", str(inputs), "--rollouts", str(rollouts), "--allow-partial-rollouts"]) == 0
+    tasks = read_jsonl(tmp_path / "rollouts_reward_profiling.jsonl")
+    assert [(t["_ng_task_index"], t["mean/reward"], t["num_rollouts"], t["expected_num_rollouts"], t["missing_num_rollouts"]) for t in tasks] == [(0, 0.5, 2, 2, 0), (1, 1.0, 1, 2, 1)]
+    assert tasks[0]["sample"]["expected_answer"] == "2" and "_ng_task_index" not in tasks[0]["sample"]
+    assert [info["rollout_id"] for info in tasks[0]["rollout_infos"]] == ["0:0", "0:1"]
+    assert tasks[0]["rollout_infos"][0]["reward"] == 1.0 and tasks[0]["rollout_infos"][0]["output_tokens"] == 1
+    [agent] = json.loads((tmp_path / "rollouts_agent_metrics.json").read_text())
+    assert agent["agent_ref"] == {"name": AGENT} and agent["mean/reward"] == pytest.approx(2 / 3)
+    out = capsys.readouterr().out
+    assert "Reward profile completion: 3/4 rollout rows (75.00%)" in out
+    assert "Input rows: 2 total; 1 complete; 1 partial; 0 without rollouts dropped from output." in out
+
+
+def test_gym_eval_profile_of_a_partial_collection_needs_allow_partial_rollouts(tmp_path, capsys):
+    inputs, rollouts = profile_files(tmp_path)
+    assert main(["eval", "profile", "--inputs", str(inputs), "--rollouts", str(rollouts)]) == 2
+    assert "1 materialized input rows have no rollout; their (task, rollout) keys: [(1, 1)]" in capsys.readouterr().err
+    assert main(["eval", "profile", "--inputs", str(tmp_path / "none.jsonl"), "--rollouts", str(rollouts)]) == 2
+    assert f"input file not found: '{tmp_path / 'none.jsonl'}' (--inputs)" in capsys.readouterr().err
+
+
+def test_upstreams_ng_reward_profile_invocation_runs_unchanged(tmp_path, monkeypatch):
+    from nemo_gym.cli import aliases
+
+    inputs, rollouts = profile_files(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["ng_reward_profile", f"+materialized_inputs_jsonl_fpath={inputs}", f"+rollouts_jsonl_fpath={rollouts}", "++allow_partial_rollouts=True"])
+    assert aliases.main() == 0
+    assert len(read_jsonl(tmp_path / "rollouts_reward_profiling.jsonl")) == 2
