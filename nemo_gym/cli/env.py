@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from nemo_gym import config as gym_config
 from nemo_gym.cli.scaffold import scaffold
+from nemo_gym.cli.upstream_keys import gives_config_paths
 from nemo_gym.head import fetch_instances
 from nemo_gym.launcher import Launcher
 from nemo_gym.openai_utils import new_response
@@ -33,16 +34,21 @@ from nemo_gym.server import find_server_class
 from nemo_gym.server_paths import EXTRA_ROOTS_ENV, find_implementation, make_importable, search_roots, server_module_checked
 
 
+def uses_config(args: argparse.Namespace) -> bool:
+    """Config files given: ``--config``, or upstream's ``+config_paths=[...]``."""
+    return bool(args.config) or gives_config_paths(args.overrides)
+
+
 def config_layers(args: argparse.Namespace) -> dict[str, Any]:
     """What ``gym_config.resolve``/``load`` take from the command line: files or the shortcut, overrides, search roots.
 
-    With ``--config``, ``--model-url``, ``--model`` and ``--model-api-key`` set upstream's variables
+    With config files, ``--model-url``, ``--model`` and ``--model-api-key`` set upstream's variables
     ``policy_base_url``, ``policy_model_name`` and ``policy_api_key``; the explicit overrides come after, and win.
     """
-    if bool(args.config) == bool(args.resources_server):
+    if uses_config(args) == bool(args.resources_server):
         raise ValueError("give either --config FILE ... or --resources-server NAME")
     layers: dict[str, Any] = {"paths": args.config, "overrides": list(args.overrides), "roots": search_roots(args.search_dir)}
-    if args.config:
+    if uses_config(args):
         variables = {"policy_base_url": args.model_url, "policy_model_name": args.model, "policy_api_key": args.model_api_key}
         layers["overrides"][:0] = [f"++{key}={value}" for key, value in variables.items() if value is not None]
     else:
@@ -66,6 +72,9 @@ def resolve(args: argparse.Namespace) -> int:
 
 def validate(args: argparse.Namespace) -> int:
     """Check a config as ``env start`` would (files, keys, each server's own config model), starting nothing."""
+    if args.workload and "=" in args.workload:
+        # A KEY=VALUE where the workload name may stand is an override, as upstream reads it.
+        args.overrides, args.workload = [args.workload, *args.overrides], None
     if args.workload:
         raise ValueError(
             f"gym env validate {args.workload}: manifest-backed workloads are not supported here; validate a config with --config FILE or --resources-server NAME"

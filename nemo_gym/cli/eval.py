@@ -15,7 +15,7 @@ from typing import Any
 from nemo_gym import config as gym_config
 from nemo_gym.agent_metrics import metrics_by_agent, rollout_order, write_agent_metrics
 from nemo_gym.benchmark_data import benchmarks_of, prepare_function, prepare as prepare_benchmark
-from nemo_gym.cli.env import instances_from_args
+from nemo_gym.cli.env import instances_from_args, uses_config
 from nemo_gym.cli.upstream_keys import gives_config_paths
 from nemo_gym.client import ServerClient
 from nemo_gym.config import Instance, free_port
@@ -44,9 +44,9 @@ def pick_agent(instances: dict[str, Instance], requested: str | None) -> str:
 
 @contextlib.contextmanager
 def servers(args: argparse.Namespace) -> Iterator[dict[str, Instance]]:
-    """With a config (``--config`` or ``--resources-server``) its servers, started here and stopped after;
+    """With a config (``--config``, ``+config_paths=[...]`` or ``--resources-server``) its servers, started here and stopped after;
     without one, the servers of a running ``gym env start`` (its head endpoint)."""
-    if args.config or args.resources_server:
+    if uses_config(args) or args.resources_server:
         instances = instances_from_args(args)
         with Launcher(instances, free_port(), start_timeout=args.start_timeout):
             yield instances

@@ -125,3 +125,13 @@ def test_ng_test_takes_upstreams_entrypoint_override_as_the_server_to_test(tmp_p
         assert f"{directory / 'app.py'}: cannot load a server app from resources_servers.broken_env.app" in capsys.readouterr().err
     assert gym_main(["env", "test"]) == 2
     assert "give --resources-server NAME|DIR (or upstream's +entrypoint=resources_servers/NAME), once" in capsys.readouterr().err
+
+
+def test_upstreams_config_paths_override_stands_for_config_files(monkeypatch, capsys):
+    counter = PYPROJECT.parent / "resources_servers" / "example_session_state_mgmt" / "configs" / "example_session_state_mgmt.yaml"
+    monkeypatch.setattr(sys, "argv", ["ng_dump_config", f"+config_paths=[{counter}]"])
+    assert entry_point("ng_dump_config")() == 0
+    assert "example_session_state_mgmt_simple_agent:" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["ng_validate", f"+config_paths=[{counter}]"])
+    assert entry_point("ng_validate")() == 0
+    assert "✓ Config is valid." in capsys.readouterr().out
