@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gym {installed_version()}")
     groups = parser.add_subparsers(dest="group", required=True)
 
-    env_parser = groups.add_parser("env", help="start or test environments").add_subparsers(dest="command", required=True)
+    env_parser = groups.add_parser("env", help="start, test, check and inspect environments; the status of running servers").add_subparsers(dest="command", required=True)
     start = env_parser.add_parser("start", help="start every server of a config and keep them up until Ctrl-C")
     add_server_options(start)
     start.set_defaults(handler=env.start)
