@@ -1,15 +1,20 @@
-"""``gym env start``, ``gym env test``, ``gym env resolve`` and ``gym env init``."""
+"""``gym env start``, ``gym env test``, ``gym env resolve``, ``gym env validate``, ``gym env status`` and ``gym env init``."""
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import importlib.util
 import inspect
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +28,28 @@ from nemo_gym.config.paths import find_implementation, make_importable, search_r
 from nemo_gym.config.presets import environment_trio
 from nemo_gym.config.redaction import redact
 from nemo_gym.env import DEFAULT_HOST, EXTRA_ROOTS_ENV
+from nemo_gym.cli.upstream_keys import gives_config_paths
+from nemo_gym.process.head import fetch_instances
 from nemo_gym.openai_utils import new_response
 from nemo_gym.process import discovery
 from nemo_gym.process.launcher import Launcher
 
 
+def uses_config(args: argparse.Namespace) -> bool:
+    """Config files given: ``--config``, or upstream's ``+config_paths=[...]``."""
+    return bool(args.config) or gives_config_paths(args.overrides)
+
+
 def config_layers(args: argparse.Namespace) -> dict[str, Any]:
     """What ``gym_config.resolve``/``load`` take from the command line: files or the shortcut, overrides, search roots.
 
-    With ``--config``, ``--model-url``, ``--model`` and ``--model-api-key`` set upstream's variables
+    With config files, ``--model-url``, ``--model`` and ``--model-api-key`` set upstream's variables
     ``policy_base_url``, ``policy_model_name`` and ``policy_api_key``; the explicit overrides come after, and win.
     """
-    if bool(args.config) == bool(args.resources_server):
+    if uses_config(args) == bool(args.resources_server):
         raise ValueError("give either --config FILE ... or --resources-server NAME")
     layers: dict[str, Any] = {"paths": args.config, "overrides": list(args.overrides), "roots": search_roots(args.search_dir)}
-    if args.config:
+    if uses_config(args):
         variables = {"policy_base_url": args.model_url, "policy_model_name": args.model, "policy_api_key": args.model_api_key}
         layers["overrides"][:0] = [f"++{key}={value}" for key, value in variables.items() if value is not None]
     else:
@@ -56,6 +68,65 @@ def resolve(args: argparse.Namespace) -> int:
     data, sources = gym_config.resolve(layers["paths"], layers["overrides"], layers["roots"], layers.get("initial"))
     discovery.check_settings(gym_config.parse(data, sources, check_ports=False), layers["roots"])
     print(yaml.safe_dump(redact(data), sort_keys=False), end="")
+    return 0
+
+
+def validate(args: argparse.Namespace) -> int:
+    """Check a config as ``env start`` would (files, keys, each server's own config model), starting nothing."""
+    if args.workload and "=" in args.workload:
+        # A KEY=VALUE where the workload name may stand is an override, as upstream reads it.
+        args.overrides, args.workload = [args.workload, *args.overrides], None
+    if args.workload:
+        raise ValueError(
+            f"gym env validate {args.workload}: manifest-backed workloads are not supported here; validate a config with --config FILE or --resources-server NAME"
+        )
+    layers = config_layers(args)
+    data, sources = gym_config.resolve(layers["paths"], layers["overrides"], layers["roots"], layers.get("initial"))
+    discovery.check_settings(gym_config.parse(data, sources, check_ports=False), layers["roots"])
+    print("✓ Config is valid.")
+    return 0
+
+
+def probe(url: str, timeout: float = 2) -> str:
+    """Upstream's health words for ``GET url``: success, connection_error, timeout or unknown_error."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return "success"
+    except (TimeoutError, socket.timeout):
+        return "timeout"
+    except urllib.error.URLError as error:
+        return "timeout" if isinstance(error.reason, (TimeoutError, socket.timeout)) else "connection_error"
+    except (ConnectionError, http.client.HTTPException):
+        return "connection_error"
+    except OSError:
+        return "unknown_error"
+
+
+def status(args: argparse.Namespace) -> int:
+    """The servers of a running ``gym env start``, as its head endpoint lists them, each asked ``GET /``."""
+    try:
+        instances = fetch_instances(args.head_url or f"http://127.0.0.1:{args.head_port}")
+    except ConnectionError as error:
+        print(f"could not reach the head endpoint: {error}", file=sys.stderr)
+        instances = {}
+    servers = [
+        {"process_name": name, "server_type": i.server_type, "name": i.implementation, "host": i.host, "port": i.port, "url": i.url,
+         "num_workers": i.num_workers, "status": probe(i.url)}
+        for name, i in instances.items()
+    ]
+    if args.json:
+        print(json.dumps(servers))
+        return 0
+    if not servers:
+        print("No NeMo Gym servers found running.")
+        return 0
+    print("\nNeMo Gym Server Status:\n")
+    for number, server in enumerate(servers, 1):
+        mark = "✓" if server["status"] == "success" else "✗"
+        print(f"[{number}] {mark} {server['process_name']} ({server['server_type']}/{server['name']})")
+        print(f"    {server['url']}  workers: {server['num_workers']}  status: {server['status']}")
+    healthy = sum(server["status"] == "success" for server in servers)
+    print(f"\n{len(servers)} servers found ({healthy} healthy, {len(servers) - healthy} unhealthy)\n")
     return 0
 
 

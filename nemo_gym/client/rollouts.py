@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +14,25 @@ from tqdm import tqdm
 from nemo_gym.client.reading import ReadingClient
 
 
-def read_rows(path: str | Path, limit: int | None = None, num_repeats: int = 1) -> list[dict[str, Any]]:
-    """Task rows from a JSONL file; a line that is not a JSON object is an error naming the line."""
-    rows = []
+def read_jsonl(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """(line number, value) of each non-blank line of a JSONL file; a line that is not JSON is an error naming it."""
     with open(path) as file:
         for number, line in enumerate(file, 1):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                yield number, json.loads(line)
             except json.JSONDecodeError as error:
                 raise ValueError(f"{path}:{number}: not valid JSON: {error}") from None
-            if not isinstance(row, dict) or "responses_create_params" not in row:
-                raise ValueError(f"{path}:{number}: a task row is a JSON object with responses_create_params")
-            rows.append(row)
+
+
+def read_rows(path: str | Path, limit: int | None = None, num_repeats: int = 1) -> list[dict[str, Any]]:
+    """Task rows from a JSONL file; a line that is not a JSON object is an error naming the line."""
+    rows = []
+    for number, row in read_jsonl(path):
+        if not isinstance(row, dict) or "responses_create_params" not in row:
+            raise ValueError(f"{path}:{number}: a task row is a JSON object with responses_create_params")
+        rows.append(row)
     rows = rows[:limit] if limit else rows
     return [row for row in rows for _ in range(num_repeats)]
 

@@ -23,6 +23,20 @@ ALIASES = {
     "collect_rollouts": ["eval", "run", "--no-serve"],
     "e2e_collect_rollouts": ["eval", "run"],
     "dump_config": ["env", "resolve"],
+    "list_benchmarks": ["list", "benchmarks"],
+    "prepare_benchmark": ["eval", "prepare"],
+    "aggregate_rollouts": ["eval", "aggregate"],
+    "reward_profile": ["eval", "profile"],
+    "materialize_prompts": ["dataset", "render"],
+    "prepare_data": ["dataset", "collate"],
+    "upload_dataset_to_gitlab": ["dataset", "upload", "--storage", "gitlab"],
+    "download_dataset_from_gitlab": ["dataset", "download", "--storage", "gitlab"],
+    "upload_dataset_to_hf": ["dataset", "upload"],
+    "download_dataset_from_hf": ["dataset", "download"],
+    "gitlab_to_hf_dataset": ["dataset", "migrate"],
+    "delete_dataset_from_gitlab": ["dataset", "rm"],
+    "validate": ["env", "validate"],
+    "status": ["env", "status"],
     "help": [],
     "version": [],
 }
@@ -78,9 +92,26 @@ def test_ng_collect_rollouts_uses_running_servers_and_ng_e2e_collect_rollouts_st
 
 
 def test_an_alias_with_no_gym_command_here_is_an_error_naming_it(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["/usr/bin/ng_upload_dataset_to_gitlab"])
+    monkeypatch.setattr(sys, "argv", ["/usr/bin/ng_reinstall"])
     assert entry_point("ng_run")() == 2
-    assert "ng_upload_dataset_to_gitlab: no `gym` command here stands for it" in capsys.readouterr().err
+    assert "ng_reinstall: no `gym` command here stands for it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("alias", ["ng_upload_dataset_to_gitlab", "nemo_gym_download_dataset_from_hf", "ng_gitlab_to_hf_dataset", "ng_delete_dataset_from_gitlab"])
+def test_the_dataset_hub_aliases_take_upstreams_arguments_and_say_they_are_not_available_here(alias, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [alias, "+dataset_name=my_set", "+input_jsonl_fpath=data/train.jsonl"])
+    assert entry_point(alias)() == 2
+    assert "is not available here" in capsys.readouterr().err
+
+
+def test_ng_status_reports_the_servers_of_a_running_head_and_ng_validate_checks_a_config(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["ng_status", "--head-url", f"http://127.0.0.1:{free_port()}"])
+    assert entry_point("ng_status")() == 0
+    assert "No NeMo Gym servers found running." in capsys.readouterr().out
+    counter = PYPROJECT.parent / "resources_servers" / "example_session_state_mgmt" / "configs" / "example_session_state_mgmt.yaml"
+    monkeypatch.setattr(sys, "argv", ["nemo_gym_validate", "--config", str(counter)])
+    assert entry_point("nemo_gym_validate")() == 0
+    assert "✓ Config is valid." in capsys.readouterr().out
 
 
 def test_ng_test_takes_upstreams_entrypoint_override_as_the_server_to_test(tmp_path, monkeypatch, capsys):
@@ -94,3 +125,13 @@ def test_ng_test_takes_upstreams_entrypoint_override_as_the_server_to_test(tmp_p
         assert f"{directory / 'app.py'}: cannot load a server app from resources_servers.broken_env.app" in capsys.readouterr().err
     assert gym_main(["env", "test"]) == 2
     assert "give --resources-server NAME|DIR (or upstream's +entrypoint=resources_servers/NAME), once" in capsys.readouterr().err
+
+
+def test_upstreams_config_paths_override_stands_for_config_files(monkeypatch, capsys):
+    counter = PYPROJECT.parent / "resources_servers" / "example_session_state_mgmt" / "configs" / "example_session_state_mgmt.yaml"
+    monkeypatch.setattr(sys, "argv", ["ng_dump_config", f"+config_paths=[{counter}]"])
+    assert entry_point("ng_dump_config")() == 0
+    assert "example_session_state_mgmt_simple_agent:" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["ng_validate", f"+config_paths=[{counter}]"])
+    assert entry_point("ng_validate")() == 0
+    assert "✓ Config is valid." in capsys.readouterr().out

@@ -1,0 +1,1 @@
+"""Evaluation of finished rollouts: benchmarks prepared, per-agent metrics, re-verification and reward profiles."""
