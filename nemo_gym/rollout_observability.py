@@ -11,11 +11,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from nemo_gym.config_types import ModelServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseInputItem
 
+
+
+def _as_json(value: Any) -> Any:
+    """Free-form evidence as plain JSON data: models dumped (without None fields), lists and dicts walked.
+
+    Kept as instances, SDK items whose classes are not built yet (the SDK builds them on first use)
+    could not be serialised from inside a record.
+    """
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if isinstance(value, (list, tuple)):
+        return [_as_json(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _as_json(item) for key, item in value.items()}
+    return value
+
+
+Evidence = Annotated[Optional[Any], BeforeValidator(_as_json)]
 NonNegative = Annotated[Optional[float], Field(default=None, ge=0)]
 Count = Annotated[Optional[int], Field(default=None, ge=0)]
 
@@ -65,8 +83,8 @@ class TrajectoryModelCall(ObservationModel):
     started_at: Optional[float] = None
     completed_at: Optional[float] = None
     duration_ms: NonNegative
-    request: Optional[Any] = None
-    response: Optional[Any] = None
+    request: Evidence = None
+    response: Evidence = None
     response_metadata: TrajectoryResponseMetadata = Field(default_factory=TrajectoryResponseMetadata)
     token_stats: TrajectoryTokenStats = Field(default_factory=TrajectoryTokenStats)
 
@@ -79,9 +97,9 @@ class TrajectoryTurn(ObservationModel):
     rollout_id: str
     turn_no: int = Field(ge=1)
     timestamp: float
-    question: Optional[Any] = None
-    answer: Optional[Any] = None
-    reasoning_content: Optional[Any] = None
+    question: Evidence = None
+    answer: Evidence = None
+    reasoning_content: Evidence = None
     resolved: Optional[bool] = None
     # Tool steps of this invocation up to and including this turn, as the agent counts them.
     step_count: int = Field(ge=0)
@@ -129,7 +147,7 @@ class ToolCallObservation(ObservationModel):
 class TrajectoryToolCall(ToolCallObservation):
     """A tool call in a trajectory, with the output the model was shown."""
 
-    output: Optional[Any] = None
+    output: Evidence = None
 
 
 class SandboxObservation(ObservationModel):

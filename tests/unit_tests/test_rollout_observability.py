@@ -144,3 +144,28 @@ def test_an_agent_episode_is_an_immutable_pair_of_response_and_observations():
     episode = AgentEpisode(response=response, observations=AgentObservationBundle(source="h"))
     with pytest.raises(dataclasses.FrozenInstanceError):
         episode.response = response
+
+
+FRESH_INTERPRETER_TURN = """
+from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.rollout_observability import TrajectoryToolCall, TrajectoryTurn
+response = NeMoGymResponse.model_validate({"id": "r", "created_at": 1.0, "model": "m", "object": "response",
+    "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+    "output": [{"id": "fc", "call_id": "c", "name": "f", "arguments": "{}", "type": "function_call", "status": "completed"}]})
+body = NeMoGymResponseCreateParamsNonStreaming.model_validate({"input": [{"role": "user", "content": "q"}]})
+turn = TrajectoryTurn(invocation_id="root", task_id="t", rollout_id="r", turn_no=1, timestamp=1.0, step_count=0,
+    question=body.input + response.output, answer=response.output)
+tool = TrajectoryToolCall(invocation_id="root", tool_call_id="c", output=response.output[0])
+print([item["type"] for item in turn.model_dump(mode="json")["question"]], turn.question[0], tool.output["name"])
+"""
+
+
+def test_sdk_items_given_as_free_form_evidence_are_kept_as_their_json_even_before_their_classes_are_built():
+    # The SDK builds its classes on first use; one only nested in a validated response is not built yet,
+    # and a record that kept the instance under an Any field could not be serialised.
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", FRESH_INTERPRETER_TURN], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['message', 'function_call'] {'content': 'q', 'role': 'user', 'type': 'message'} f"
