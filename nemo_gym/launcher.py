@@ -45,9 +45,16 @@ class Launcher:
     """Runs the servers of one resolved config, plus the head endpoint that serves that config."""
 
     def __init__(
-        self, instances: dict[str, Instance], head_port: int, extra_env: dict[str, str] | None = None, start_timeout: float | None = None
+        self,
+        instances: dict[str, Instance],
+        head_port: int,
+        extra_env: dict[str, str] | None = None,
+        start_timeout: float | None = None,
+        settings: dict | None = None,
     ) -> None:
         self.instances = instances
+        # Top-level settings (upstream's global keys, e.g. observability_enabled) every server reads beside the instances.
+        self.settings = settings or {}
         self.head_port = head_port
         self.extra_env = extra_env or {}
         # Seconds until every server answers and every worker serves; else the start fails.
@@ -63,7 +70,7 @@ class Launcher:
         return f"http://127.0.0.1:{self.head_port}"
 
     def resolved_config(self) -> dict:
-        resolved: dict = {}
+        resolved: dict = dict(self.settings)
         for instance in self.instances.values():
             resolved = merge(resolved, instance.to_dict())
         return resolved
