@@ -124,7 +124,10 @@ UPSTREAM_NAMES = {
         "get_provider_class",
         "list_providers",
         "register_provider",
+        "resolve_provider_config",
+        "resolve_provider_metadata",
     ],
+    "nemo_gym.sandbox.config": ["resolve_provider_config", "resolve_provider_metadata", "SANDBOX_BLOCK_DEFAULT_METADATA_KEY"],
 }
 
 
