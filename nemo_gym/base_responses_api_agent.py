@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
 import aiohttp
@@ -19,7 +20,7 @@ from nemo_gym.config_types import (
 from nemo_gym.global_config import OBSERVABILITY_ENABLED_KEY_NAME, TOKEN_ID_CAPTURE_BLOCK
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParams, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
-from nemo_gym.rollout_correlation import maybe_rollout_id_from_run_body
+from nemo_gym.rollout_correlation import maybe_rollout_id_from_run_body, rollout_context
 from nemo_gym.response_stream import response_reply
 from nemo_gym.server import SimpleServer
 from nemo_gym.server_utils import get_response_json, rollout_path_prefix
@@ -43,9 +44,21 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
         app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/{TOKEN_CAPTURE_PATH_SEGMENT}/v1/responses", response_model=None)(
             self.answer_responses
         )
-        app.post("/run")(self.run)
+        app.post("/run")(self._run_in_rollout_context())
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         return app
+
+    def _run_in_rollout_context(self) -> Callable[..., Awaitable[Any]]:
+        """``run``, inside ``rollout_context`` of the row's rollout id (``current_rollout_id()`` for its calls)."""
+        run = self.run
+
+        @functools.wraps(run)
+        async def run_in_context(*args: Any, **kwargs: Any) -> Any:
+            body = kwargs.get("body", next((arg for arg in args if isinstance(arg, BaseRunRequest)), None))
+            with rollout_context(self.rollout_id_from_run(body)):
+                return await run(*args, **kwargs)
+
+        return run_in_context
 
     async def answer_responses(self, request: Request, response: HTTPResponse, body: NeMoGymResponseCreateParams) -> HTTPResponse:
         """The response ``responses`` makes, as JSON or as events, with the cookies ``responses`` set."""

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import httpx
 import pytest
+from fastapi import Request
 from omegaconf import OmegaConf
 
+from nemo_gym.base_resources_server import BaseRunRequest
 from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent
 from nemo_gym.global_config import OBSERVABILITY_ENABLED_KEY_NAME, TOKEN_ID_CAPTURE_BLOCK
+from nemo_gym.rollout_correlation import current_rollout_id
 from nemo_gym.server_utils import ServerClient
+from tests.unit_tests.in_process_server import serving
 
 ROW = {"responses_create_params": {"input": "q"}, "_ng_task_index": 3, "_ng_rollout_index": 1}
 
@@ -64,3 +69,20 @@ def test_a_request_that_came_in_under_a_prefix_passes_it_on_with_its_capture_seg
     assert plain.url_path_for_request("/v1/responses", captured) == "/ng-rollout/3-1/training-token-capture/v1/responses"
     assert plain.url_path_for_request("/v1/responses", request("/v1/responses", None)) == "/v1/responses"
     assert plain.url_path_for_request("/v1/responses", None) == "/v1/responses"
+
+
+class RolloutEchoAgent(SimpleResponsesAPIAgent):
+    async def run(self, request: Request, body: BaseRunRequest) -> dict:
+        return {"rollout_id": current_rollout_id()}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("observed", "expected"), [(True, "3-1"), (False, None)])
+async def test_a_run_is_inside_its_rollouts_context_when_calls_are_correlated(observed, expected):
+    config = BaseResponsesAPIAgentConfig(host="127.0.0.1", port=1, entrypoint="app.py", name="agent")
+    client = ServerClient(global_config_dict=OmegaConf.create({OBSERVABILITY_ENABLED_KEY_NAME: observed}))
+    agent = RolloutEchoAgent(config=config, server_client=client)
+    async with serving(agent.setup_webserver()) as url, httpx.AsyncClient(base_url=url) as http:
+        reply = await http.post("/run", json=ROW)
+    assert reply.status_code == 200, reply.text
+    assert reply.json() == {"rollout_id": expected}
