@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
 import aiohttp
@@ -16,9 +17,10 @@ from nemo_gym.config_types import (
     AggregateMetricsRequest,
     BaseRunServerInstanceConfig,
 )
-from nemo_gym.global_config import ROLLOUT_ID_KEY_NAME
+from nemo_gym.global_config import OBSERVABILITY_ENABLED_KEY_NAME, TOKEN_ID_CAPTURE_BLOCK
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParams, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
+from nemo_gym.rollout_correlation import maybe_rollout_id_from_run_body, rollout_context
 from nemo_gym.response_stream import response_reply
 from nemo_gym.server import SimpleServer
 from nemo_gym.server_utils import get_response_json, rollout_path_prefix
@@ -42,9 +44,21 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
         app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/{TOKEN_CAPTURE_PATH_SEGMENT}/v1/responses", response_model=None)(
             self.answer_responses
         )
-        app.post("/run")(self.run)
+        app.post("/run")(self._run_in_rollout_context())
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         return app
+
+    def _run_in_rollout_context(self) -> Callable[..., Awaitable[Any]]:
+        """``run``, inside ``rollout_context`` of the row's rollout id (``current_rollout_id()`` for its calls)."""
+        run = self.run
+
+        @functools.wraps(run)
+        async def run_in_context(*args: Any, **kwargs: Any) -> Any:
+            body = kwargs.get("body", next((arg for arg in args if isinstance(arg, BaseRunRequest)), None))
+            with rollout_context(self.rollout_id_from_run(body)):
+                return await run(*args, **kwargs)
+
+        return run_in_context
 
     async def answer_responses(self, request: Request, response: HTTPResponse, body: NeMoGymResponseCreateParams) -> HTTPResponse:
         """The response ``responses`` makes, as JSON or as events, with the cookies ``responses`` set."""
@@ -65,23 +79,40 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
             return AggregateMetrics()
         return compute_aggregate_metrics(body.verify_responses, self.compute_metrics, self.get_key_metrics)
 
+    def _model_call_capture_enabled(self) -> bool:
+        """Whether the run captures model calls for evaluation (global ``observability_enabled``)."""
+        return bool(self._global_setting(OBSERVABILITY_ENABLED_KEY_NAME))
+
+    def _token_id_capture_enabled(self) -> bool:
+        """Whether this agent takes part in training token capture: the run's ``token_id_capture.enabled``,
+        and either its ``all_agents`` or this agent's own ``token_id_capture``."""
+        block = self._global_setting(TOKEN_ID_CAPTURE_BLOCK)
+        if not isinstance(block, Mapping) or not block.get("enabled"):
+            return False
+        return bool(block.get("all_agents") or self.config.token_id_capture)
+
+    def _global_setting(self, key: str) -> Any:
+        global_config = getattr(self.server_client, "global_config_dict", None)
+        return global_config.get(key) if isinstance(global_config, Mapping) else None
+
+    def rollout_id_from_run(self, body: Any) -> str | None:
+        """The rollout id a ``/run`` row's calls go under: None unless a capture is on (see above)."""
+        if not (self._model_call_capture_enabled() or self._token_id_capture_enabled()):
+            return None
+        return maybe_rollout_id_from_run_body(body)
+
+    def url_path_for_run(self, path: str, body: Any) -> str:
+        """``path`` under the row's rollout prefix (``/ng-rollout/<id>[/training-token-capture]``), if it has one."""
+        rollout_id = self.rollout_id_from_run(body)
+        return rollout_path_prefix(rollout_id, token_capture=self._token_id_capture_enabled()) + path
+
     @staticmethod
-    def rollout_id_from_run(body: BaseRunRequest) -> str | None:
-        """The rollout id a ``/run`` row carries (``_ng_rollout_id``), if any."""
-        return (body.model_extra or {}).get(ROLLOUT_ID_KEY_NAME)
-
-    def url_path_for_run(self, path: str, body: BaseRunRequest) -> str:
-        """``path`` under the row's rollout prefix (``/ng-rollout/<id>/...``) when the row has a rollout id."""
-        return rollout_path(path, self.rollout_id_from_run(body))
-
-    @staticmethod
-    def url_path_for_request(path: str, request: Request) -> str:
-        """``path`` under the rollout prefix the request came in on, if it came in on one."""
-        return rollout_path(path, request.path_params.get("rollout_id"))
-
-
-def rollout_path(path: str, rollout_id: str | None) -> str:
-    return rollout_path_prefix(rollout_id) + path
+    def url_path_for_request(path: str, request: Request | None) -> str:
+        """``path`` under the rollout prefix (and capture segment) the request came in on, if any."""
+        path_params = getattr(request, "path_params", None)
+        rollout_id = path_params.get("rollout_id") if isinstance(path_params, Mapping) else None
+        token_capture = f"/{TOKEN_CAPTURE_PATH_SEGMENT}/" in getattr(getattr(request, "url", None), "path", "")
+        return rollout_path_prefix(rollout_id, token_capture=token_capture) + path
 
 
 async def checked_json(reply: aiohttp.ClientResponse, what: str) -> Any:

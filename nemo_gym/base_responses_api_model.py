@@ -10,6 +10,7 @@ from starlette.responses import Response as HTTPResponse
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParams, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.response_stream import response_reply
+from nemo_gym.rollout_correlation import RolloutContextMiddleware
 from nemo_gym.server import SimpleServer
 
 __all__ = ["BaseResponsesAPIModelConfig", "Body", "SimpleResponsesAPIModel"]
@@ -26,6 +27,8 @@ class SimpleResponsesAPIModel(SimpleServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
+        # Agents that capture model calls call ``/ng-rollout/<id>[/training-token-capture]/v1/...``.
+        app.add_middleware(RolloutContextMiddleware, strip_token_capture=True)
         app.post("/v1/responses", response_model=None)(self.answer_responses)
         app.post("/v1/chat/completions")(self.chat_completions)
         return app

@@ -44,6 +44,27 @@ POLICY_BASE_URL_KEY_NAME = "policy_base_url"
 POLICY_API_KEY_KEY_NAME = "policy_api_key"
 POLICY_MODEL_NAME_KEY_NAME = "policy_model_name"
 POLICY_MODEL_KEY_NAME = "policy_model"
+HEAD_SERVER_DEPS_KEY_NAME = "head_server_deps"
+PYTHON_VERSION_KEY_NAME = "python_version"
+PIP_INSTALL_VERBOSE_KEY_NAME = "pip_install_verbose"
+USE_ABSOLUTE_IP = "use_absolute_ip"
+UV_PIP_SET_PYTHON_KEY_NAME = "uv_pip_set_python"
+SKIP_VENV_IF_PRESENT_KEY_NAME = "skip_venv_if_present"
+RAY_HEAD_NODE_ADDRESS_KEY_NAME = "ray_head_node_address"
+UVICORN_TIMEOUT_WORKER_HEALTHCHECK = "uvicorn_timeout_worker_healthcheck"
+MODEL_ENDPOINT_READINESS_TIMEOUT_KEY_NAME = "model_endpoint_readiness_timeout_seconds"
+ALLOW_OPENAI_VERSION_SKEW_KEY_NAME = "allow_openai_version_skew"
+UV_CACHE_DIR_KEY_NAME = "uv_cache_dir"
+UV_VENV_DIR_KEY_NAME = "uv_venv_dir"
+NEMO_GYM_LOG_DIR_KEY_NAME = "nemo_gym_log_dir"
+JSON_OUTPUT_KEY_NAME = "json"
+QUERY_KEY_NAME = "query"
+COMPONENT_NAME_KEY_NAME = "component_name"
+# Model-call capture for evaluation (agents then call under their rollout's prefix), and where it is written.
+OBSERVABILITY_ENABLED_KEY_NAME = "observability_enabled"
+MODEL_CALL_CAPTURE_DIR_KEY_NAME = "model_call_capture_dir"
+# Training token capture: ``{enabled, all_agents}``; an agent takes part with its own ``token_id_capture``.
+TOKEN_ID_CAPTURE_BLOCK = "token_id_capture"
 
 
 @functools.cache

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.config_types import ROLLOUT_PATH_PREFIX
+from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT
 from nemo_gym.global_config import ATTEMPT_INDEX_KEY_NAME, ROLLOUT_ID_KEY_NAME, ROLLOUT_INDEX_KEY_NAME, TASK_INDEX_KEY_NAME
 
 _ROLLOUT_ID: ContextVar[Optional[str]] = ContextVar("nemo_gym_rollout_id", default=None)
@@ -24,6 +24,7 @@ _ROLLOUT_ID: ContextVar[Optional[str]] = ContextVar("nemo_gym_rollout_id", defau
 ROLLOUT_ID_CHARS = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 ROLLOUT_ID_PATTERN = re.compile(rf"^{ROLLOUT_ID_CHARS}$")
 PREFIXED_PATH = re.compile(rf"^/{re.escape(ROLLOUT_PATH_PREFIX)}/(?P<rollout_id>{ROLLOUT_ID_CHARS})(?P<rest>/.*)$")
+CAPTURE_SEGMENT = f"/{TOKEN_CAPTURE_PATH_SEGMENT}"
 
 
 def maybe_rollout_id_from_run_body(body: BaseModel | Mapping[str, Any] | None) -> Optional[str]:
@@ -67,10 +68,15 @@ def rollout_context(rollout_id: Optional[str]) -> Iterator[None]:
 
 
 class RolloutContextMiddleware:
-    """An HTTP request for ``/ng-rollout/<id>/rest`` reaches the app as ``/rest``, inside ``rollout_context(id)``."""
+    """An HTTP request for ``/ng-rollout/<id>/rest`` reaches the app as ``/rest``, inside ``rollout_context(id)``.
 
-    def __init__(self, app: ASGIApp) -> None:
+    With ``strip_token_capture`` (model servers), a ``/training-token-capture`` segment after the id is
+    taken off too.
+    """
+
+    def __init__(self, app: ASGIApp, strip_token_capture: bool = False) -> None:
         self.app = app
+        self.strip_token_capture = strip_token_capture
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = PREFIXED_PATH.match(scope["path"]) if scope["type"] == "http" else None
@@ -78,5 +84,7 @@ class RolloutContextMiddleware:
             await self.app(scope, receive, send)
             return
         rest = match["rest"]
+        if self.strip_token_capture and rest.startswith(CAPTURE_SEGMENT + "/"):
+            rest = rest[len(CAPTURE_SEGMENT) :]
         with rollout_context(match["rollout_id"]):
             await self.app({**scope, "path": rest, "raw_path": rest.encode()}, receive, send)

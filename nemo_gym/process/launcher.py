@@ -15,7 +15,7 @@ import urllib.request
 from glob import escape as glob_escape
 from pathlib import Path
 
-from nemo_gym.config import REPO_ROOT, Instance, config_of
+from nemo_gym.config import REPO_ROOT, Instance, config_of, merge
 from nemo_gym.env import CONFIG_PATH_ENV, DEFAULT_HOST, EXTRA_ROOTS_ENV, HEAD_PORT_ENV, INSTANCE_ENV, SERVER_PROCESS_MODULE, SOCKET_DIR_ENV, WORKER_LOG_DIR_ENV
 from nemo_gym.routing.liveness import life_sockets, live_workers
 from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
@@ -43,9 +43,16 @@ class Launcher:
     """Runs the servers of one resolved config, plus the head endpoint that serves that config."""
 
     def __init__(
-        self, instances: dict[str, Instance], head_port: int, extra_env: dict[str, str] | None = None, start_timeout: float | None = None
+        self,
+        instances: dict[str, Instance],
+        head_port: int,
+        extra_env: dict[str, str] | None = None,
+        start_timeout: float | None = None,
+        settings: dict | None = None,
     ) -> None:
         self.instances = instances
+        # Top-level settings (upstream's global keys, e.g. observability_enabled) every server reads beside the instances.
+        self.settings = settings or {}
         self.head_port = head_port
         self.extra_env = extra_env or {}
         # Seconds until every server answers and every worker serves; else the start fails.
@@ -61,7 +68,7 @@ class Launcher:
         return f"http://{DEFAULT_HOST}:{self.head_port}"
 
     def resolved_config(self) -> dict:
-        return config_of(self.instances)
+        return merge(dict(self.settings), config_of(self.instances))
 
     def start(self, timeout: float | None = None) -> "Launcher":
         """Start every server and wait until all serve, for ``timeout`` seconds (default: ``start_timeout``)."""

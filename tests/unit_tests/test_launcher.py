@@ -193,3 +193,11 @@ def test_the_default_start_timeout_grows_with_the_number_of_workers_started():
     finally:
         one.stop()
         eight.stop()
+
+
+def test_the_config_every_server_reads_carries_the_top_level_settings_the_launcher_was_given():
+    instances = gym_config.parse({"counter": {"resources_servers": {"example_session_state_mgmt": {"entrypoint": "app.py", "domain": "games"}}}})
+    resolved = Launcher(instances, 1, settings={"observability_enabled": True}).resolved_config()
+    assert resolved["observability_enabled"] is True
+    assert list(resolved["counter"]["resources_servers"]) == ["example_session_state_mgmt"]
+    assert "observability_enabled" not in Launcher(instances, 1).resolved_config()

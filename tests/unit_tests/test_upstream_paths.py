@@ -72,8 +72,6 @@ ISSUE_24 = {
         "resolve_model_base_url",
     },
     "nemo_gym.base_responses_api_model": {"BaseResponsesAPIModel"},
-    "nemo_gym.rollout_observability": set(UPSTREAM["nemo_gym.rollout_observability"].split()),
-    "nemo_gym.responses_converter": set(UPSTREAM["nemo_gym.responses_converter"].split()),
     "nemo_gym.cli.legacy": {"main"},
 }
 MODULES_OF_ISSUE_24 = {module for module, names in ISSUE_24.items() if names == set(UPSTREAM[module].split())}
