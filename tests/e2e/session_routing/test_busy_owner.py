@@ -1,6 +1,6 @@
 """A busy owner is never declared dead: real workers, one blocked while 3000 requests queue for its sessions.
 
-The server is scripts/bench_servers.py's BenchServer at 2 workers, whose ``/verify`` holds its worker's
+The server is scripts/bench/server.py's BenchServer at 2 workers, whose ``/verify`` holds its worker's
 event loop for seconds of CPU. While the owner burns, only its sibling accepts connections, and every
 request for the owner's sessions is forwarded into the owner's private socket's backlog.
 """
@@ -18,7 +18,9 @@ import aiohttp
 from nemo_gym.client import cookie_header
 from nemo_gym.routing.liveness import live_workers
 from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
-from scripts.bench_routing import VERIFY_BODY, Spawned, bench_server, owner_of, server_env, write_config
+from scripts.bench.client import VERIFY_BODY
+from scripts.bench.processes import Spawned
+from scripts.bench.servers import bench_server, owner_of, server_env, write_config
 
 INSTANCE = "busy"
 QUEUED = 3000
@@ -29,7 +31,7 @@ def test_blocked_owner_with_3000_requests_queued_answers_every_one_and_never_410
     log_dir = Path(tempfile.mkdtemp(prefix="busy_owner_"))
     socket_dir = make_socket_dir()
     instances, config_path = write_config(log_dir, INSTANCE, {INSTANCE: bench_server(num_workers=2, verify_cpu_ms=BLOCK_CPU_MS)})
-    argv = [sys.executable, "-m", "scripts.bench_servers", "serve", "--module", "scripts.bench_servers"]
+    argv = [sys.executable, "-m", "scripts.bench.server", "serve", "--module", "scripts.bench.server"]
     server = Spawned(INSTANCE, argv, log_dir, server_env(config_path, INSTANCE, socket_dir))
     try:
         server.wait_ready(instances[INSTANCE].url + "/", timeout=120)
