@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from uvicorn.importer import import_from_string
 from starlette.types import ASGIApp
+from uvicorn.importer import import_from_string
 
 from nemo_gym import config as gym_config
 from nemo_gym.config_types import BaseRunServerInstanceConfig
