@@ -72,17 +72,23 @@ class Spawned:
         self.process.wait()
 
 
+def command_line(pid: int) -> bytes | None:
+    """A process's command line, None once it has ended."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+
+
+def is_resource_tracker(pid: int) -> bool:
+    """Whether a child of uvicorn's supervisor is multiprocessing's resource_tracker rather than a worker. Between
+    its fork and its exec it still shows the supervisor's command line, so ask once it is settled."""
+    return b"resource_tracker" in (command_line(pid) or b"")
+
+
 def current_workers(pid: int) -> list[int]:
-    """The uvicorn worker processes of a multi-worker server: its children, less multiprocessing's resource_tracker."""
-    workers = []
-    for child in child_pids(pid):
-        try:
-            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"resource_tracker" not in cmdline:
-            workers.append(child)
-    return sorted(workers)
+    """The uvicorn worker processes of a multi-worker server: its live children, less multiprocessing's resource_tracker."""
+    return sorted(child for child in child_pids(pid) if (line := command_line(child)) is not None and b"resource_tracker" not in line)
 
 
 def worker_pids(pid: int, count: int, timeout: float = 60) -> list[int]:

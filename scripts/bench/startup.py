@@ -21,7 +21,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.launcher import default_start_timeout
 from scripts.bench.figures import fmt, log, median, ratio, render_table
 from scripts.bench.proc import tree_cpu_seconds
-from scripts.bench.processes import current_workers
+from scripts.bench.processes import current_workers, is_resource_tracker
 from scripts.bench.servers import COUNTER, Servers, Tree, resource_server, write_config
 
 POLL_SECONDS = 0.02
@@ -50,7 +50,9 @@ def time_start(tree: Tree, instance: gym_config.Instance, config_path: Path, log
         seconds = time.monotonic() - started
         cpu_s = tree_cpu_seconds(server.pid)
         seen.update(current_workers(server.pid))
-    return Start(seconds, cpu_s, len(seen) if instance.num_workers > 1 else 1)
+        # A child seen before its exec may have become the resource tracker since.
+        started_workers = {child for child in seen if not is_resource_tracker(child)}
+    return Start(seconds, cpu_s, len(started_workers) if instance.num_workers > 1 else 1)
 
 
 def startup_section(args: argparse.Namespace, log_dir: Path) -> dict:

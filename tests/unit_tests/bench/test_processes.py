@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -11,7 +12,8 @@ import pytest
 from nemo_gym import config as gym_config
 from nemo_gym.routing.liveness import LifeName
 from nemo_gym.routing.worker import make_socket_dir, new_worker_id, remove_socket_dir
-from scripts.bench.processes import Spawned
+from scripts.bench.proc import child_pids
+from scripts.bench.processes import Spawned, current_workers, is_resource_tracker
 
 
 @pytest.fixture
@@ -52,3 +54,14 @@ def test_a_server_that_exits_is_an_error_with_its_log(tmp_path: Path):
     with pytest.raises(RuntimeError, match="exited with code 3:\ncannot start"):
         process.serves("http://127.0.0.1:9/")
     process.stop()
+
+
+def test_multiprocessings_resource_tracker_is_no_worker():
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # a child of this process, as it is of uvicorn's supervisor
+    tracker = resource_tracker._resource_tracker._pid
+    assert tracker in child_pids(os.getpid())
+    assert is_resource_tracker(tracker)
+    assert tracker not in current_workers(os.getpid())
+    assert not is_resource_tracker(os.getpid())
