@@ -82,7 +82,7 @@ def command_line(pid: int) -> bytes | None:
 
 def is_resource_tracker(pid: int) -> bool:
     """Whether a child of uvicorn's supervisor is multiprocessing's resource_tracker rather than a worker. Between
-    its fork and its exec it still shows the supervisor's command line, so ask once it is settled."""
+    its fork and its exec it shows no command line (or the supervisor's), so ask once it is settled."""
     return b"resource_tracker" in (command_line(pid) or b"")
 
 

@@ -13,7 +13,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.routing.liveness import LifeName
 from nemo_gym.routing.worker import make_socket_dir, new_worker_id, remove_socket_dir
 from scripts.bench.proc import child_pids
-from scripts.bench.processes import Spawned, current_workers, is_resource_tracker
+from scripts.bench.processes import Spawned, command_line, current_workers, is_resource_tracker
 
 
 @pytest.fixture
@@ -62,6 +62,10 @@ def test_multiprocessings_resource_tracker_is_no_worker():
     resource_tracker.ensure_running()  # a child of this process, as it is of uvicorn's supervisor
     tracker = resource_tracker._resource_tracker._pid
     assert tracker in child_pids(os.getpid())
+    # Until its exec it shows no command line, or this process's: the very case a start's count of workers meets.
+    deadline = time.monotonic() + 10
+    while command_line(tracker) in (b"", command_line(os.getpid())) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert is_resource_tracker(tracker)
     assert tracker not in current_workers(os.getpid())
     assert not is_resource_tracker(os.getpid())
