@@ -19,7 +19,9 @@ from scripts.bench.servers import BENCH_MODULE, bench_server, write_config
 def uvicorn_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, dict]]:
     """Each call of ``uvicorn.run`` (app, options) instead of serving; whatever serving sets in the environment is undone."""
     for name in (WORKER_ENV, ENTRYPOINT_ENV, NUM_WORKERS_ENV, SOCKET_DIR_ENV, bench.MODULE_ENV):
-        monkeypatch.delenv(name, raising=False)
+        # Set first, so that monkeypatch removes it at the end even if it was not set before.
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     calls: list[tuple[object, dict]] = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **options: calls.append((app, options)))
     return calls
