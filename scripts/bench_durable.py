@@ -17,7 +17,10 @@ from pathlib import Path
 from nemo_gym import config as gym_config
 from nemo_gym.durable.sqlite_store import SQLiteStore
 from nemo_gym.process.launcher import Launcher
-from scripts.bench_routing import alternate, counter_episode, median, resource_server
+from scripts.bench.client import counter_episode
+from scripts.bench.driving import alternate
+from scripts.bench.figures import median
+from scripts.bench.servers import resource_server
 
 COUNTER = "example_session_state_mgmt"
 

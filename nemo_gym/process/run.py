@@ -13,9 +13,11 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
+from uvicorn.importer import import_from_string
 
 from nemo_gym import config as gym_config
 from nemo_gym.config.paths import import_server_module
@@ -83,20 +85,9 @@ def check_store(server_class: type[SimpleServer], config: BaseRunServerInstanceC
         open_store(config.session_store, name).close()
 
 
-def serve() -> None:
-    """Serve the instance the environment names, with as many workers as its config asks for."""
-    instance = this_instance()
-    server_class = find_server_class(import_server_module(instance.module))
-    try:
-        session_secret(instance.name, instance.settings.get("session_secret"))
-    except SecretError as error:
-        sys.exit(f"server {instance.name!r} cannot start: {error}")
-    config = server_class.validate_config(instance.name, instance.settings)
-    try:
-        check_store(server_class, config, instance.name)
-    except StoreError as error:
-        sys.exit(f"server {instance.name!r} cannot start: {error}")
-    options = dict(
+def uvicorn_options(instance: gym_config.Instance, config: BaseRunServerInstanceConfig) -> dict[str, Any]:
+    """How uvicorn serves an instance, whatever its number of workers."""
+    return dict(
         host=instance.host,
         port=instance.port,
         log_level="warning",
@@ -109,8 +100,29 @@ def serve() -> None:
         timeout_worker_healthcheck=30,
         http=InputLimits.of(config).protocol(),
     )
+
+
+def serve(server_class: type[SimpleServer] | None = None, app_factory: str | None = None) -> None:
+    """Serve the instance the environment names, with as many workers as its config asks for.
+
+    ``app_factory`` ("module:function") builds each worker's app; by default ``worker_app``, from the
+    instance's own module (the benchmark serves a server of its own, outside the server directories).
+    """
+    instance = this_instance()
+    if server_class is None:
+        server_class = find_server_class(import_server_module(instance.module))
+    try:
+        session_secret(instance.name, instance.settings.get("session_secret"))
+    except SecretError as error:
+        sys.exit(f"server {instance.name!r} cannot start: {error}")
+    config = server_class.validate_config(instance.name, instance.settings)
+    try:
+        check_store(server_class, config, instance.name)
+    except StoreError as error:
+        sys.exit(f"server {instance.name!r} cannot start: {error}")
+    options = uvicorn_options(instance, config)
     if instance.num_workers == 1:
-        uvicorn.run(worker_app(), **options)
+        uvicorn.run(import_from_string(app_factory)() if app_factory else worker_app(), **options)
         return
     # Set only now, so that this process's own import of the module built no app.
     os.environ.update(
@@ -120,15 +132,16 @@ def serve() -> None:
             NUM_WORKERS_ENV: str(instance.num_workers),
         }
     )
+    app_factory = app_factory or WORKER_APP
     options.update(workers=instance.num_workers, factory=True)
     # Every routed worker serves a private socket in this directory; it goes when the server stops. A
     # launcher may hand one over, so that it can remove it even if this process is killed.
     if not server_class.is_routed(config) or os.environ.get(SOCKET_DIR_ENV):
-        uvicorn.run(WORKER_APP, **options)
+        uvicorn.run(app_factory, **options)
         return
     os.environ[SOCKET_DIR_ENV] = socket_dir = make_socket_dir()
     try:
-        uvicorn.run(WORKER_APP, **options)
+        uvicorn.run(app_factory, **options)
     finally:
         remove_socket_dir(socket_dir)
 

@@ -1,6 +1,6 @@
 """A busy owner is never declared dead: real workers, one blocked while 3000 requests queue for its sessions.
 
-The server is scripts/bench_servers.py's BenchServer at 2 workers, whose ``/verify`` holds its worker's
+The server is scripts/bench/server.py's BenchServer at 2 workers, whose ``/verify`` holds its worker's
 event loop for seconds of CPU. While the owner burns, only its sibling accepts connections, and every
 request for the owner's sessions is forwarded into the owner's private socket's backlog.
 """
@@ -18,8 +18,9 @@ import aiohttp
 from nemo_gym.client.reading import cookie_header
 from nemo_gym.routing.liveness import live_workers
 from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
-from scripts.bench_routing import SECRET, VERIFY_BODY, Spawned, bench_server, server_env, write_config
-from tests.session_cookies import cookie_owner
+from scripts.bench.client import VERIFY_BODY
+from scripts.bench.processes import Spawned
+from scripts.bench.servers import bench_server, owner_of, server_env, write_config
 
 INSTANCE = "busy"
 QUEUED = 3000
@@ -30,7 +31,7 @@ def test_blocked_owner_with_3000_requests_queued_answers_every_one_and_never_410
     log_dir = Path(tempfile.mkdtemp(prefix="busy_owner_"))
     socket_dir = make_socket_dir()
     instances, config_path = write_config(log_dir, INSTANCE, {INSTANCE: bench_server(num_workers=2, verify_cpu_ms=BLOCK_CPU_MS)})
-    argv = [sys.executable, "-m", "scripts.bench_servers", "serve", "--module", "scripts.bench_servers"]
+    argv = [sys.executable, "-m", "scripts.bench.server", "serve", "--module", "scripts.bench.server"]
     server = Spawned(INSTANCE, argv, log_dir, server_env(config_path, INSTANCE, socket_dir))
     try:
         server.wait_ready(instances[INSTANCE].url + "/", timeout=120)
@@ -58,8 +59,8 @@ async def block_and_queue(url: str) -> list[object]:
         timeout=aiohttp.ClientTimeout(total=120),
     ) as http:
         sessions = await asyncio.gather(*(seed(http, url) for _ in range(40)))
-        owner = cookie_owner(sessions[0], INSTANCE, SECRET)
-        of_owner = [cookies for cookies in sessions if cookie_owner(cookies, INSTANCE, SECRET) == owner]
+        owner = owner_of(sessions[0], INSTANCE)
+        of_owner = [cookies for cookies in sessions if owner_of(cookies, INSTANCE) == owner]
         blocker = asyncio.ensure_future(http.post(url + "/verify", json=VERIFY_BODY, headers={"Cookie": cookie_header(of_owner[0])}))
         await asyncio.sleep(0.5)  # the owner is now burning CPU in /verify, its event loop held
 
@@ -69,7 +70,7 @@ async def block_and_queue(url: str) -> list[object]:
                 await reply.read()
                 if reply.status == 503 and reply.headers.get("Retry-After"):
                     return "503 with Retry-After"
-                served_by = cookie_owner({name: morsel.value for name, morsel in reply.cookies.items()}, INSTANCE, SECRET)
+                served_by = owner_of({name: morsel.value for name, morsel in reply.cookies.items()}, INSTANCE)
                 return reply.status if served_by == owner else f"{reply.status} from a worker that is not the owner"
 
         statuses = await asyncio.gather(*(queued(number) for number in range(QUEUED)))

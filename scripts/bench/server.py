@@ -1,15 +1,16 @@
-"""The benchmark's own server, and the two ways scripts/bench_routing.py runs a server it measures.
+"""The benchmark's own server, and the two ways the benchmark runs a server it measures.
 
 ``BenchServer`` is a resources server whose ``/seed_session`` stores nothing (so a memory measurement
 shows only the framework's own per-session cost) and whose ``/verify`` burns ``verify_cpu_ms`` of CPU
 (so a CPU-bound measurement shows how throughput scales with workers). It lives here, not in
 ``resources_servers/``, because it is no environment anyone would train on.
 
-Both commands read the config and instance name from the environment, as ``nemo_gym.process.run`` does:
+Both commands read the config and instance name from the environment, and run uvicorn as
+``nemo_gym.process.run`` does (its own code and options, not a copy):
 
-    python -m scripts.bench_servers serve --module scripts.bench_servers
-        uvicorn's own multi-worker supervisor serves the module's server class (``num_workers`` workers).
-    python -m scripts.bench_servers worker --module resources_servers.example_session_state_mgmt.app --port P
+    python -m scripts.bench.server serve --module scripts.bench.server
+        ``nemo_gym.process.run.serve`` serves the module's server class (``num_workers`` workers).
+    python -m scripts.bench.server worker --module resources_servers.example_session_state_mgmt.app --port P
         one worker of a routed server, in this process, on its own port; several such processes that
         share ``NEMO_GYM_SOCKET_DIR`` are the workers of one server, each reachable on its own port.
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import os
 import time
 
@@ -26,19 +26,16 @@ import uvicorn
 from fastapi import Request
 from starlette.types import ASGIApp
 
-from nemo_gym import config as gym_config
+from nemo_gym.process import run as gym_serve
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
     BaseVerifyRequest,
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
-from nemo_gym.env import CONFIG_PATH_ENV, INSTANCE_ENV, SOCKET_DIR_ENV
 from nemo_gym.process.discovery import find_server_class
-from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
 from nemo_gym.server import SimpleServer
 
-KEEP_ALIVE_SECONDS = 75  # as nemo_gym.process.run
 # The module whose server ``serve`` runs, for its workers (uvicorn starts them by import string).
 MODULE_ENV = "NEMO_GYM_BENCH_MODULE"
 
@@ -64,49 +61,25 @@ def burn_cpu(seconds: float) -> None:
         pass
 
 
-def instance_from_environment() -> gym_config.Instance:
-    name = os.environ[INSTANCE_ENV]
-    with open(os.environ[CONFIG_PATH_ENV]) as file:
-        return gym_config.parse(json.load(file), check_ports=False)[name]
-
-
-def uvicorn_options(host: str, port: int) -> dict:
-    return dict(host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=KEEP_ALIVE_SECONDS, timeout_graceful_shutdown=5)
+def server_class_of(module: str) -> type[SimpleServer]:
+    return find_server_class(importlib.import_module(module))
 
 
 def serve(module: str) -> None:
-    """What ``nemo_gym.process.run`` does, for a module outside the server directories."""
+    """``nemo_gym.process.run.serve`` for a module outside the server directories: its workers build their apps here."""
     os.environ[MODULE_ENV] = module
-    instance = instance_from_environment()
-    options = uvicorn_options(instance.host, instance.port)
-    if instance.num_workers == 1:
-        uvicorn.run(worker_app(), **options)
-        return
-    made_here = not os.environ.get(SOCKET_DIR_ENV)
-    if made_here:
-        os.environ[SOCKET_DIR_ENV] = make_socket_dir()
-    socket_dir = os.environ[SOCKET_DIR_ENV]
-    try:
-        uvicorn.run("scripts.bench_servers:worker_app", factory=True, workers=instance.num_workers, **options)
-    finally:
-        if made_here:
-            remove_socket_dir(socket_dir)
-
-
-def server_of(module: str) -> SimpleServer:
-    """The server ``module`` defines, for the instance the environment names."""
-    return find_server_class(importlib.import_module(module)).from_environment()
+    gym_serve.serve(server_class_of(module), app_factory="scripts.bench.server:worker_app")
 
 
 def worker_app() -> ASGIApp:
     """The app of one worker of ``serve``."""
-    return server_of(os.environ[MODULE_ENV]).build_app()
+    return server_class_of(os.environ[MODULE_ENV]).from_environment().build_app()
 
 
 def worker(module: str, port: int) -> None:
     """One worker of the instance (its settings say how many there are), on ``port``."""
-    server = server_of(module)
-    uvicorn.run(server.build_app(), **uvicorn_options(server.config.host, port))
+    server = server_class_of(module).from_environment()
+    uvicorn.run(server.build_app(), **{**gym_serve.uvicorn_options(gym_serve.this_instance(), server.config), "port": port})
 
 
 def main() -> None:

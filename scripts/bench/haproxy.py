@@ -1,0 +1,50 @@
+"""HAProxy as the benchmark's reference balancer: round robin, an inserted cookie, in front of single-worker servers."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from scripts.bench.processes import Spawned
+
+HAPROXY_INSTALL = "apt-get update && apt-get install -y haproxy   (Debian/Ubuntu; the package is 'haproxy' elsewhere too)"
+
+
+class HAProxy:
+    """HAProxy in the foreground, round robin with an inserted cookie, in front of the given backends."""
+
+    def __init__(self, binary: str, backends: list[str], port: int, log_dir: Path, name: str = "haproxy") -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        lines = [
+            "global",
+            "    maxconn 4096",
+            "defaults",
+            "    mode http",
+            "    maxconn 4096",
+            "    timeout connect 5s",
+            "    timeout client 60s",
+            "    timeout server 60s",
+            "    timeout http-keep-alive 60s",
+            "frontend bench",
+            f"    bind 127.0.0.1:{port}",
+            "    default_backend counters",
+            "backend counters",
+            "    balance roundrobin",
+            "    cookie SRV insert indirect nocache",
+        ]
+        lines += [f"    server s{i} {backend.removeprefix('http://')} cookie s{i}" for i, backend in enumerate(backends)]
+        config = log_dir / f"{name}.cfg"
+        config.write_text("\n".join(lines) + "\n")
+        check = subprocess.run([binary, "-c", "-q", "-f", str(config)], capture_output=True, text=True, timeout=30)
+        if check.returncode != 0:
+            raise RuntimeError(f"haproxy rejected {config}: {check.stdout}{check.stderr}")
+        self.process = Spawned(name, [binary, "-db", "-f", str(config)], log_dir)
+        try:
+            self.process.wait_ready(f"{self.url}/")
+        except BaseException:
+            self.process.stop()
+            raise
+
+    def stop(self) -> None:
+        self.process.stop()
+
