@@ -190,7 +190,8 @@ class Launcher:
         return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
     def __enter__(self) -> "Launcher":
-        return self.start()
+        """``with Launcher(...)`` starts the servers; ``with launcher.start()`` does not start them again."""
+        return self if self.processes else self.start()
 
     def __exit__(self, *exc_info) -> None:
         self.stop()

@@ -201,3 +201,18 @@ def test_the_config_every_server_reads_carries_the_top_level_settings_the_launch
     assert resolved["observability_enabled"] is True
     assert list(resolved["counter"]["resources_servers"]) == ["example_session_state_mgmt"]
     assert "observability_enabled" not in Launcher(instances, 1).resolved_config()
+
+
+def test_a_launcher_started_then_entered_as_a_context_starts_its_servers_once(monkeypatch):
+    spawned = []
+    spawn = Launcher._spawn
+
+    def counting_spawn(self, name, *args):
+        spawned.append(name)
+        return spawn(self, name, *args)
+
+    monkeypatch.setattr(Launcher, "_spawn", counting_spawn)
+    launcher = Launcher(gym_config.parse(COUNTER), gym_config.free_port())
+    with launcher.start(timeout=60) as entered:
+        assert entered is launcher
+    assert sorted(spawned) == ["counter", "head"]
