@@ -1,0 +1,145 @@
+"""scripts/upstream_check.py: its parsing of pytest's summary, its causes, its placeholder filling, and a
+run on a tiny fake upstream checkout made here (never the real snapshot)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from nemo_gym.config import REPO_ROOT
+from scripts import upstream_check as check
+
+
+def test_the_closing_line_of_pytest_gives_passed_failed_and_errors():
+    output = "....F.E\n=== short test summary info ===\nFAILED t.py::x - x\n3 passed, 1 failed, 2 errors, 1 skipped in 0.52s\n"
+    assert check.parse_pytest_summary(output) == {"passed": 3, "failed": 1, "errors": 2, "skipped": 1}
+    assert check.parse_pytest_summary("1 error in 0.10s") == {"errors": 1}
+    assert check.parse_pytest_summary("no tests ran in 0.01s") == {}
+
+
+def test_a_missing_module_or_name_is_one_cause_whatever_the_message_around_it():
+    assert check.classify("ModuleNotFoundError: No module named 'nemo_gym.skills'") == "missing module nemo_gym.skills"
+    assert check.classify("cannot load ...: ModuleNotFoundError(\"No module named 'ray'\")") == "missing module ray"
+    message = "ImportError: cannot import name 'CaptureStore' from 'nemo_gym.base_responses_api_model' (/x/y.py)"
+    assert check.classify(message) == "missing name nemo_gym.base_responses_api_model.CaptureStore"
+    assert check.classify("ValueError: bad\n   value at 0x7f00ab") == "ValueError: bad value at 0x…"
+
+
+def test_failure_messages_come_from_the_short_summary_and_collection_errors():
+    output = textwrap.dedent("""\
+        E   ModuleNotFoundError: No module named 'psutil'
+        FAILED tests/test_app.py::test_one - AssertionError: assert 1 == 2
+        ERROR tests/test_other.py - ImportError: cannot import name 'X' from 'nemo_gym.y'
+        """)
+    assert [check.classify(message) for message in check.failure_messages(output)] == [
+        "missing module psutil", "AssertionError: assert 1 == 2", "missing name nemo_gym.y.X"]
+
+
+def test_placeholders_are_filled_as_a_users_env_yaml_would():
+    error = textwrap.dedent("""\
+        gym: error: 3 config values cannot be resolved:
+        a.yaml: m.responses_api_models.openai_model.openai_base_url: Interpolation key 'judge_base_url' not found
+        a.yaml: m.responses_api_models.openai_model.openai_api_key: Interpolation key 'judge_api_key' not found
+        a.yaml: a.responses_api_agents.simple_agent.resources_server.name: required value (???) is not set; set it ...
+        """)
+    overrides, instances, environment = check.fill_placeholders(error)
+    assert overrides == [f"++judge_base_url={check.STAND_IN_URL}", "++judge_api_key=stand-in",
+                         f"++a.responses_api_agents.simple_agent.resources_server.name={check.STAND_IN_SERVER}"]
+    assert instances == environment == {}
+    refs = "gym: error: a.yaml: x.resources_servers.y.judge_model_server: refers to instance 'judge', which the config does not define"
+    assert check.fill_placeholders(refs)[1] == {"judge": check.MODEL_STAND_IN}
+    refs = "gym: error: a.yaml: x.responses_api_agents.y.resources_server: refers to instance 'r', which the config does not define"
+    assert check.fill_placeholders(refs)[1] == {"r": check.RESOURCES_STAND_IN}
+    unset = """KeyError raised while resolving interpolation: "Environment variable 'BBQ_JUDGE_BASE_URL' not found\""""
+    assert check.fill_placeholders(unset)[2] == {"BBQ_JUDGE_BASE_URL": check.STAND_IN_URL}
+
+
+def test_declared_requirements_leave_out_upstreams_own_package(tmp_path):
+    (tmp_path / "requirements.txt").write_text("-e nemo-gym[dev] @ ../../\n# a comment\nmath-verify==0.8.0  # pinned\n\ndatasets\n")
+    assert check.declared_requirements(tmp_path) == ["math-verify==0.8.0", "datasets"]
+
+
+GOOD_APP = check.STAND_IN_APP
+GOOD_TESTS = '''
+import util
+
+
+def test_a_sibling_module_imports_bare():
+    assert util.ANSWER == 42
+
+
+def test_that_fails():
+    assert util.ANSWER == 41
+'''
+GOOD_CONFIG = '''
+good:
+  resources_servers:
+    good:
+      entrypoint: app.py
+      judge_model_server: {type: responses_api_models, name: policy_model}
+      judge_url: ${judge_base_url}
+good_agent:
+  responses_api_agents:
+    simple_agent:
+      entrypoint: app.py
+      resources_server:
+        type: resources_servers
+        name: ???
+      model_server: {type: responses_api_models, name: policy_model}
+'''
+
+MODEL_APP = '''
+from nemo_gym.base_responses_api_model import BaseResponsesAPIModelConfig, SimpleResponsesAPIModel
+
+
+class OpenAIModelConfig(BaseResponsesAPIModelConfig):
+    openai_base_url: str
+    openai_api_key: str
+    openai_model: str
+
+
+class OpenAIModel(SimpleResponsesAPIModel):
+    config: OpenAIModelConfig
+
+    async def responses(self, request, body):
+        raise NotImplementedError
+'''
+
+
+def make_upstream(root: Path) -> Path:
+    good = root / "resources_servers" / "good"
+    (good / "tests").mkdir(parents=True)
+    (good / "configs").mkdir()
+    (good / "app.py").write_text(GOOD_APP)
+    (good / "util.py").write_text("ANSWER = 42\n")
+    (good / "tests" / "test_app.py").write_text(GOOD_TESTS)
+    (good / "configs" / "good.yaml").write_text(GOOD_CONFIG)
+    broken = root / "resources_servers" / "broken"
+    (broken / "tests").mkdir(parents=True)
+    (broken / "app.py").write_text("from nemo_gym.no_such_module import thing\n")
+    (broken / "tests" / "test_app.py").write_text("from resources_servers.broken.app import thing\n\ndef test_x():\n    pass\n")
+    model = root / "responses_api_models" / "openai_model"
+    model.mkdir(parents=True)
+    (model / "app.py").write_text(MODEL_APP)
+    return root
+
+
+def test_a_fake_checkout_is_checked_in_a_scratch_copy_and_left_as_it_was(tmp_path):
+    upstream = make_upstream(tmp_path / "upstream")
+    before = sorted(path.relative_to(upstream) for path in upstream.rglob("*"))
+    out = tmp_path / "out.json"
+    command = [sys.executable, str(REPO_ROOT / "scripts" / "upstream_check.py"), str(upstream), "--no-install",
+               "--only", "good", "--only", "broken", "--json", str(out), "--scratch", str(tmp_path / "scratch")]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert sorted(path.relative_to(upstream) for path in upstream.rglob("*")) == before
+    results = {row["directory"]: row for row in json.loads(out.read_text())["directories"]}
+    good, broken = results["resources_servers/good"], results["resources_servers/broken"]
+    assert good["import_ok"] is True and good["configs_loaded"] == good["configs_total"] == 1, good
+    assert good["tests"] == {"passed": 1, "failed": 1} and good["tests_pass"] is False
+    assert broken["import_ok"] is False and broken["causes"][0] == "missing module nemo_gym.no_such_module"
+    assert "apps importing: 1 of 2" in finished.stdout
+    assert "missing module nemo_gym.no_such_module" in finished.stdout
