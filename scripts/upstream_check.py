@@ -20,7 +20,8 @@ Then, per directory, with a small pool:
   set, and a ``${variable}`` the files leave undefined and a required ``???``
   value get a stand-in (a URL for ``*url``, ``policy_model`` for a model server's ``name``, else a
   string), and a model server the config refers to but does not define (``policy_model``, a judge) is
-  upstream's ``openai_model`` config under that name, pointing at the stand-in URL.
+  upstream's ``openai_model`` config under that name, pointing at the stand-in URL. One process of the
+  directory's Python loads all of its configs (its app imported once), bounded in time.
 
 Prints one row per directory (import, tests passed/failed/errors, configs loaded/total, first cause),
 the totals, and the causes by how many directories each breaks; --json writes all of it.
@@ -29,15 +30,19 @@ the totals, and the causes by how many directories each breaks; --json writes al
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import tomllib
-from concurrent.futures import ThreadPoolExecutor
+import traceback
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -72,6 +77,7 @@ class StandInServer(SimpleResourcesServer):
         return BaseVerifyResponse(**body.model_dump(), reward=0.0)
 """
 MAX_FILLS = 12
+CONFIG_LINE = "upstream_check config: "
 ENV_YAML = ("policy_base_url", "policy_api_key", "policy_model_name")
 
 
@@ -205,13 +211,17 @@ def make_scratch(scratch: Path, directories: list[Path]) -> Path:
 
 
 def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> tuple[int | None, str]:
-    """Exit code (None on timeout) and output together."""
+    """Exit code (None on timeout) and output together; on timeout the command's whole process group
+    (what its tests started too) is killed."""
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
     try:
-        finished = subprocess.run(command, cwd=cwd, env=env, timeout=timeout, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as expired:
-        output = expired.stdout or ""
-        return None, output.decode(errors="replace") if isinstance(output, bytes) else output
-    return finished.returncode, finished.stdout + finished.stderr
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        return None, output
+    return process.returncode, output
 
 
 class Checker:
@@ -284,43 +294,66 @@ class Checker:
                 result.add_cause(classify(message))
 
     def check_configs(self, python: str, directory: Path, result: Result) -> None:
+        """All of a directory's configs loaded by one process of its Python (``--load-configs``), so its app
+        is imported once; bounded in time as a whole."""
         configs = sorted((directory / "configs").rglob("*.yaml")) if (directory / "configs").is_dir() else []
         result.configs_total = len(configs)
+        if not configs:
+            return
+        command = [python, "-m", "scripts.upstream_check", "--load-configs", *(str(config.relative_to(self.root)) for config in configs)]
+        code, output = run(command, self.root, self.env(None), self.timeouts["config"])
+        causes = dict(json.loads(line.removeprefix(CONFIG_LINE)) for line in output.splitlines() if line.startswith(CONFIG_LINE))
         for config in configs:
-            cause = self.load_config(python, config)
+            cause = causes.get(str(config.relative_to(self.root)), "config load timed out" if code is None else classify(last_exception(output)))
             if cause is None:
                 result.configs_loaded += 1
             else:
                 result.add_cause(cause)
 
-    def load_config(self, python: str, config: Path) -> str | None:
-        """None if ``gym env resolve`` loads the config with its placeholders filled, else the cause."""
-        overrides = [f"++{key}={stand_in(key)}" for key in ENV_YAML]
-        instances: dict[str, dict] = {}
-        environment: dict[str, str] = {}
-        extra = Path(tempfile.mkstemp(suffix=".yaml", dir=self.scratch)[1])
+
+def load_configs_here(configs: list[str]) -> None:
+    """``--load-configs``: run in a directory's Python from the scratch root, print one line per config
+    with None or the cause why ``gym env resolve`` did not load it."""
+    from nemo_gym.cli.main import main as gym
+
+    for config in configs:
+        saved = dict(os.environ)
         try:
-            for _ in range(MAX_FILLS):
-                extra.write_text(yaml.safe_dump(instances))
-                files = ["--config", str(config.relative_to(self.root))] + (["--config", str(extra)] if instances else [])
-                command = [python, "-m", "nemo_gym.cli.main", "env", "resolve", *files, *overrides]
-                code, output = run(command, self.root, {**self.env(None), **environment}, self.timeouts["config"])
-                if code == 0:
-                    return None
-                if code is None:
-                    return "config load timed out"
-                more_overrides, more_instances, more_environment = fill_placeholders(output)
-                more_overrides = [item for item in more_overrides if item not in overrides]
-                more_instances = {name: body for name, body in more_instances.items() if name not in instances}
-                more_environment = {name: value for name, value in more_environment.items() if name not in environment}
-                if not more_overrides and not more_instances and not more_environment:
-                    return classify(config_error(output))
-                overrides += more_overrides
-                instances.update(more_instances)
-                environment.update(more_environment)
-            return f"placeholders not filled after {MAX_FILLS} tries"
+            cause = load_config_here(gym, config)
         finally:
-            extra.unlink()
+            os.environ.clear()
+            os.environ.update(saved)
+        print(CONFIG_LINE + json.dumps([config, cause]), flush=True)
+
+
+def load_config_here(gym, config: str) -> str | None:
+    """None if ``gym env resolve`` loads the config with its placeholders filled (as a user's env.yaml
+    would), else the cause."""
+    overrides = [f"++{key}={stand_in(key)}" for key in ENV_YAML]
+    instances: dict[str, dict] = {}
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as extra:
+        for _ in range(MAX_FILLS):
+            Path(extra.name).write_text(yaml.safe_dump(instances))
+            files = ["--config", config] + (["--config", extra.name] if instances else [])
+            errors = io.StringIO()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(errors):
+                try:
+                    code = gym(["env", "resolve", *files, *overrides])
+                except Exception:  # a server's own code, imported by the check, may raise anything
+                    code, _ = 1, errors.write(traceback.format_exc())
+            if code == 0:
+                return None
+            output = errors.getvalue()
+            more_overrides, more_instances, more_environment = fill_placeholders(output)
+            more_overrides = [item for item in more_overrides if item not in overrides]
+            more_instances = {name: body for name, body in more_instances.items() if name not in instances}
+            more_environment = {name: value for name, value in more_environment.items() if name not in os.environ}
+            if not more_overrides and not more_instances and not more_environment:
+                return classify(config_error(output))
+            overrides += more_overrides
+            instances.update(more_instances)
+            os.environ.update(more_environment)
+    return f"placeholders not filled after {MAX_FILLS} tries"
 
 
 def config_error(output: str) -> str:
@@ -382,6 +415,10 @@ def summary(total: dict[str, int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--load-configs"]:
+        load_configs_here(argv[1:])
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("upstream", type=Path, help="an upstream NeMo Gym checkout (only read)")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -394,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--install-timeout", type=float, default=600)
     parser.add_argument("--import-timeout", type=float, default=180)
     parser.add_argument("--tests-timeout", type=float, default=600, help="seconds for one directory's tests")
-    parser.add_argument("--config-timeout", type=float, default=180, help="seconds for one `gym env resolve`")
+    parser.add_argument("--config-timeout", type=float, default=600, help="seconds for loading all of one directory's configs")
     args = parser.parse_args(argv)
     upstream = args.upstream.resolve()
     every = server_directories(upstream)
@@ -410,9 +447,12 @@ def main(argv: list[str] | None = None) -> int:
         checker = Checker(root, scratch, venvs, upstream_test_plugins(upstream), not args.no_install, timeouts)
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
             results = []
-            for result in pool.map(checker.check, directories):
-                print(f"checked {result.directory}: {result.causes[0] if result.causes else 'ok'}", file=sys.stderr, flush=True)
-                results.append(result)
+            for future in as_completed([pool.submit(checker.check, directory) for directory in directories]):
+                results.append(future.result())
+                print(f"checked {results[-1].directory}: {results[-1].causes[0] if results[-1].causes else 'ok'}", file=sys.stderr, flush=True)
+                if args.json:
+                    write_json(args.json, upstream, sorted(results, key=lambda result: result.directory))
+    results.sort(key=lambda result: result.directory)
     total = totals(results)
     causes = causes_by_directories(results)
     print(table(results))
@@ -421,11 +461,14 @@ def main(argv: list[str] | None = None) -> int:
     print("\ncauses by directories:")
     for cause, count in causes:
         print(f"{count:4d}  {cause}")
-    if args.json:
-        payload = {"upstream": str(upstream), "totals": total, "causes": causes,
-                   "directories": [{**asdict(result), "tests_pass": result.tests_pass} for result in results]}
-        args.json.write_text(json.dumps(payload, indent=1) + "\n")
     return 0
+
+
+def write_json(path: Path, upstream: Path, results: list[Result]) -> None:
+    """The results so far (rewritten after each directory, so a stopped run leaves what it measured)."""
+    payload = {"upstream": str(upstream), "totals": totals(results), "causes": causes_by_directories(results),
+               "directories": [{**asdict(result), "tests_pass": result.tests_pass} for result in results]}
+    path.write_text(json.dumps(payload, indent=1) + "\n")
 
 
 if __name__ == "__main__":
