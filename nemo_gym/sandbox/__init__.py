@@ -1,6 +1,7 @@
 """Sandboxes under upstream NeMo Gym's names: ``AsyncSandbox`` on a provider; here the ``local`` provider runs, the others say they cannot."""
 
 from nemo_gym.sandbox.api import AsyncSandbox
+from nemo_gym.sandbox.config import resolve_provider_config, resolve_provider_metadata
 from nemo_gym.sandbox.local import LocalProcessProvider
 from nemo_gym.sandbox.registry import create_provider, get_provider_class, list_providers, register_provider
 from nemo_gym.sandbox.types import (
@@ -14,6 +15,7 @@ from nemo_gym.sandbox.types import (
     SandboxSpec,
     SandboxStatus,
 )
+from nemo_gym.sandbox.utils import rewrite_image
 
 __all__ = [
     "AsyncSandbox",
@@ -31,4 +33,7 @@ __all__ = [
     "get_provider_class",
     "list_providers",
     "register_provider",
+    "resolve_provider_config",
+    "resolve_provider_metadata",
+    "rewrite_image",
 ]
