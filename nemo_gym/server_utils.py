@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT, BaseServerConfig
-from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
+from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict, maybe_get_global_config_dict
 from nemo_gym.owner_pool import OwnerPool, read_in_full
 from nemo_gym.sessions import session_cookie_name
 
@@ -133,14 +133,29 @@ class ServerClient(BaseModel):
 
 
 _shared_sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+REQUEST_DEBUG_KEY_NAME = "global_aiohttp_client_request_debug"
 
 
-async def request(method: str, url: str, _internal: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
-    """``method url`` on the process's shared pooled session (one per event loop)."""
+def get_global_aiohttp_client() -> aiohttp.ClientSession:
+    """Upstream's name for the process's shared pooled session of the running event loop (the one
+    ``request`` uses); call it from async code."""
     loop = asyncio.get_running_loop()
     session = _shared_sessions.get(loop)
     if session is None or session.closed:
         session = _shared_sessions[loop] = new_session()
+    return session
+
+
+def is_global_aiohttp_client_request_debug_enabled() -> bool:
+    """Upstream's switch for logging each request of the shared session: the config's
+    ``global_aiohttp_client_request_debug`` (False outside the launcher)."""
+    config = maybe_get_global_config_dict()
+    return bool(config.get(REQUEST_DEBUG_KEY_NAME, False)) if config is not None else False
+
+
+async def request(method: str, url: str, _internal: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
+    """``method url`` on the process's shared pooled session (one per event loop)."""
+    session = get_global_aiohttp_client()
     kwargs = json_ready(kwargs)
     return await send(lambda: read_in_full(session.request(method, url, **kwargs)))
 

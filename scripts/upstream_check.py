@@ -428,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scratch", type=Path, help="make the scratch copy here (kept) instead of a temporary directory")
     parser.add_argument("--venvs", type=Path, help="keep the per-directory virtualenvs here and reuse them on the next run"
                         " (what a directory got is not installed again)")
+    parser.add_argument("--resume", action="store_true", help="keep the directories the --json file already has; check only the others")
     parser.add_argument("--install-timeout", type=float, default=600)
     parser.add_argument("--import-timeout", type=float, default=180)
     parser.add_argument("--tests-timeout", type=float, default=600, help="seconds for one directory's tests")
@@ -438,15 +439,19 @@ def main(argv: list[str] | None = None) -> int:
     directories = [path for path in every if not args.only or path.name in args.only]
     if not directories:
         parser.error(f"{upstream}: no server directories ({', '.join(SERVER_KINDS)})")
+    results = []
+    if args.resume and args.json and args.json.is_file():
+        results = [Result(**{key: value for key, value in row.items() if key != "tests_pass"}) for row in json.loads(args.json.read_text())["directories"]]
+        done = {result.directory for result in results}
+        directories = [path for path in directories if f"{path.parent.name}/{path.name}" not in done]
     timeouts = {"install": args.install_timeout, "import": args.import_timeout, "tests": args.tests_timeout, "config": args.config_timeout}
     with tempfile.TemporaryDirectory(prefix="upstream-check-") as temporary:
         scratch = args.scratch.resolve() if args.scratch else Path(temporary)
         scratch.mkdir(parents=True, exist_ok=True)
-        root = make_scratch(scratch, every)
+        root = scratch / "project" if args.resume and (scratch / "project").is_dir() else make_scratch(scratch, every)
         venvs = args.venvs.resolve() if args.venvs else scratch / "venvs"
         checker = Checker(root, scratch, venvs, upstream_test_plugins(upstream), not args.no_install, timeouts)
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            results = []
             for future in as_completed([pool.submit(checker.check, directory) for directory in directories]):
                 results.append(future.result())
                 print(f"checked {results[-1].directory}: {results[-1].causes[0] if results[-1].causes else 'ok'}", file=sys.stderr, flush=True)
