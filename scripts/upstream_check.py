@@ -8,7 +8,8 @@ responses_api_models/* directories is copied into it unchanged (replacing a dire
 Then, per directory, with a small pool:
 
 - install: a virtualenv over this Python's packages gets what the directory declares (requirements.txt
-  or pyproject.toml, less upstream's own ``nemo-gym`` line) and upstream's pytest plugins (the ``pytest*``
+  or pyproject.toml; for upstream's own ``nemo-gym`` line, those of upstream's dependencies whose modules
+  the directory imports, such as ``ray``) and upstream's pytest plugins (the ``pytest*``
   entries of its ``dev`` extra: pytest-asyncio for ``asyncio_mode=auto``); bounded in time, and a failed
   install is recorded as a cause (the rest still runs). --no-install uses this Python as it is; with
   --venvs DIR the virtualenvs are kept there and a later run reuses them as they are.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import io
 import json
 import os
@@ -173,6 +175,14 @@ def fill_placeholders(error: str) -> tuple[list[str], dict[str, dict], dict[str,
     return overrides, instances, {name: stand_in(name) for name in UNSET_ENVIRONMENT.findall(error)}
 
 
+UPSTREAM_PACKAGE = re.compile(r"(-e\s+)?nemo[-_]gym\b")
+
+
+def declares_upstream_package(directory: Path) -> bool:
+    requirements = directory / "requirements.txt"
+    return requirements.is_file() and any(UPSTREAM_PACKAGE.match(line.strip()) for line in requirements.read_text().splitlines())
+
+
 def declared_requirements(directory: Path) -> list[str]:
     """What a server directory declares it needs, without upstream's own package (``-e nemo-gym[dev] @ ../../``)."""
     lines: list[str] = []
@@ -180,7 +190,40 @@ def declared_requirements(directory: Path) -> list[str]:
         lines = [line.split(" #")[0].strip() for line in (directory / "requirements.txt").read_text().splitlines()]
     elif (directory / "pyproject.toml").is_file():
         lines = tomllib.loads((directory / "pyproject.toml").read_text()).get("project", {}).get("dependencies", [])
-    return [line for line in lines if line and not line.startswith("#") and not re.match(r"(-e\s+)?nemo[-_]gym\b|-e\s+\.", line)]
+    return [line for line in lines if line and not line.startswith("#") and not UPSTREAM_PACKAGE.match(line) and not line.startswith("-e .")]
+
+
+def imported_names(directory: Path) -> set[str]:
+    """The top-level modules a directory's Python files import."""
+    names: set[str] = set()
+    for path in directory.rglob("*.py"):
+        names.update(re.findall(r"^\s*(?:import|from)\s+(\w+)", path.read_text(errors="replace"), re.MULTILINE))
+    return names
+
+
+def upstream_dependencies_used(upstream: Path, directory: Path) -> list[str]:
+    """Of upstream's own dependencies (its root pyproject, which a directory's ``nemo-gym`` line installs
+    upstream), those not installed here whose module the directory's code imports (``ray``, ``psutil``, ...)."""
+    pyproject = upstream / "pyproject.toml"
+    if not pyproject.is_file():
+        return []
+    used = imported_names(directory)
+    dependencies = tomllib.loads(pyproject.read_text()).get("project", {}).get("dependencies", [])
+    module = {"gitpython": "git", "hydra_core": "hydra", "mlflow_skinny": "mlflow"}
+    wanted = []
+    for entry in dependencies:
+        name = re.split(r"[\[<>=!~ ;]", entry, maxsplit=1)[0]
+        if module.get(name.lower().replace("-", "_"), name.lower().replace("-", "_")) in used and not installed(name):
+            wanted.append(entry)
+    return wanted
+
+
+def installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 def upstream_test_plugins(upstream: Path) -> list[str]:
@@ -225,8 +268,9 @@ def run(command: list[str], cwd: Path, env: dict[str, str], timeout: float) -> t
 
 
 class Checker:
-    def __init__(self, root: Path, scratch: Path, venvs: Path, plugins: list[str], install: bool, timeouts: dict[str, float]):
-        self.root, self.scratch, self.venvs, self.plugins, self.install, self.timeouts = root, scratch, venvs, plugins, install, timeouts
+    def __init__(self, upstream: Path, root: Path, scratch: Path, venvs: Path, install: bool, timeouts: dict[str, float]):
+        self.upstream, self.root, self.scratch, self.venvs, self.install, self.timeouts = upstream, root, scratch, venvs, install, timeouts
+        self.plugins = upstream_test_plugins(upstream)
 
     def env(self, directory: Path | None) -> dict[str, str]:
         paths = [str(directory)] if directory else []
@@ -247,6 +291,8 @@ class Checker:
             return python
         subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True, capture_output=True)
         requirements = declared_requirements(directory)
+        if declares_upstream_package(directory):
+            requirements += upstream_dependencies_used(self.upstream, directory)
         command = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--disable-pip-version-check", *self.plugins, *requirements]
         code, output = run(command, directory, self.env(None), self.timeouts["install"])
         if code is None:
@@ -450,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
         scratch.mkdir(parents=True, exist_ok=True)
         root = scratch / "project" if args.resume and (scratch / "project").is_dir() else make_scratch(scratch, every)
         venvs = args.venvs.resolve() if args.venvs else scratch / "venvs"
-        checker = Checker(root, scratch, venvs, upstream_test_plugins(upstream), not args.no_install, timeouts)
+        checker = Checker(upstream, root, scratch, venvs, not args.no_install, timeouts)
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:
             for future in as_completed([pool.submit(checker.check, directory) for directory in directories]):
                 results.append(future.result())

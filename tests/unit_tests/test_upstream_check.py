@@ -62,6 +62,19 @@ def test_declared_requirements_leave_out_upstreams_own_package(tmp_path):
     assert check.declared_requirements(tmp_path) == ["math-verify==0.8.0", "datasets"]
 
 
+
+def test_upstreams_own_dependencies_are_installed_where_the_directory_imports_them_and_they_are_missing_here(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\ndependencies = ["ray[default]>=2.5", "pydantic", "GitPython>=3", "psutil"]\n')
+    directory = tmp_path / "resources_servers" / "x"
+    directory.mkdir(parents=True)
+    (directory / "requirements.txt").write_text("-e nemo-gym[dev] @ ../../\n")
+    (directory / "app.py").write_text("import ray\nfrom git import Repo\nimport pydantic\n")
+    assert check.declares_upstream_package(directory)
+    wanted = check.upstream_dependencies_used(tmp_path, directory)
+    assert "ray[default]>=2.5" in wanted and "pydantic" not in wanted and "psutil" not in wanted
+    assert ("GitPython>=3" in wanted) == (not check.installed("GitPython"))
+
+
 GOOD_APP = check.STAND_IN_APP
 GOOD_TESTS = '''
 import util
