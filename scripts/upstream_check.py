@@ -17,11 +17,11 @@ Then, per directory, with a small pool:
 - tests: its own tests as upstream's ``ng_test`` runs them (as ``gym env test`` does here): cwd the
   server directory, it and the root first on PYTHONPATH, pytest with ``asyncio_mode=auto``; bounded in time.
 - configs: each ``configs/**/*.yaml`` loaded with ``gym env resolve`` from the root, its placeholders
-  filled as a user's env.yaml would: ``policy_base_url``, ``policy_api_key`` and ``policy_model_name``
-  set, and a ``${variable}`` the files leave undefined and a required ``???``
+  filled as a user's env.yaml would: ``policy_base_url``, ``policy_api_key``, ``policy_model_name`` and
+  each ``${oc.select:variable,null}`` variable set, and a ``${variable}`` the files leave undefined and a required ``???``
   value get a stand-in (a URL for ``*url``, ``policy_model`` for a model server's ``name``, else a
   string), and a model server the config refers to but does not define (``policy_model``, a judge) is
-  upstream's ``openai_model`` config under that name, pointing at the stand-in URL. One process of the
+  upstream's ``openai_model`` config under that name (also one ``_copy``-ed), pointing at the stand-in URL. One process of the
   directory's Python loads all of its configs (its app imported once), bounded in time.
 
 Prints one row per directory (import, tests passed/failed/errors, configs loaded/total, first cause),
@@ -58,6 +58,8 @@ UNDEFINED_VARIABLE = re.compile(r"Interpolation key '([\w.]+)' not found")
 UNSET_ENVIRONMENT = re.compile(r"Environment variable '(\w+)' not found")
 REQUIRED_VALUE = re.compile(r"([\w.\-]+): required value \(\?\?\?\) is not set")
 UNDEFINED_INSTANCE = re.compile(r"([\w.\-]+): refers to instance '([\w.\-]+)', which the config does not define")
+SELECT_OR_NULL = re.compile(r"\$\{oc\.select:([\w.]+),\s*null\s*\}")
+UNDEFINED_COPY = re.compile(r"_copy: no key '([\w\-]+)' in the config")
 MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
 MISSING_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
 STAND_IN_URL = "http://127.0.0.1:8000/v1"
@@ -172,6 +174,7 @@ def fill_placeholders(error: str) -> tuple[list[str], dict[str, dict], dict[str,
     overrides += [f"++{key}={stand_in(key)}" for key in REQUIRED_VALUE.findall(error)]
     instances = {name: RESOURCES_STAND_IN if "resources_server" in key.rsplit(".", 1)[-1] else MODEL_STAND_IN
                  for key, name in UNDEFINED_INSTANCE.findall(error)}
+    instances.update({name: MODEL_STAND_IN for name in UNDEFINED_COPY.findall(error) if "model" in name})
     return overrides, instances, {name: stand_in(name) for name in UNSET_ENVIRONMENT.findall(error)}
 
 
@@ -375,7 +378,7 @@ def load_configs_here(configs: list[str]) -> None:
 def load_config_here(gym, config: str) -> str | None:
     """None if ``gym env resolve`` loads the config with its placeholders filled (as a user's env.yaml
     would), else the cause."""
-    overrides = [f"++{key}={stand_in(key)}" for key in ENV_YAML]
+    overrides = [f"++{key}={stand_in(key)}" for key in (*ENV_YAML, *SELECT_OR_NULL.findall(Path(config).read_text()))]
     instances: dict[str, dict] = {}
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as extra:
         for _ in range(MAX_FILLS):
@@ -411,7 +414,12 @@ def config_error(output: str) -> str:
     if message.endswith(":"):
         following = output.splitlines()[output.splitlines().index(lines[-1]) + 1:]
         message = next((line.strip() for line in following if line.strip()), message)
-    return re.sub(r"^\S+\.yaml: (\S+: )?", "", message)
+    message = re.sub(r"^\S+\.yaml: ", "", message)
+    key, separator, rest = message.partition(": ")
+    if separator and " " not in key:  # an instance's key: keep what is below <instance>.<kind>.<implementation>
+        parts = key.split(".")
+        message = ".".join(parts[3:] if len(parts) > 3 else parts[1:] or parts) + ": " + rest
+    return message
 
 
 def totals(results: list[Result]) -> dict[str, int]:

@@ -53,8 +53,16 @@ def test_placeholders_are_filled_as_a_users_env_yaml_would():
     assert check.fill_placeholders(refs)[1] == {"judge": check.MODEL_STAND_IN}
     refs = "gym: error: a.yaml: x.responses_api_agents.y.resources_server: refers to instance 'r', which the config does not define"
     assert check.fill_placeholders(refs)[1] == {"r": check.RESOURCES_STAND_IN}
+    copied = "gym: error: a.yaml: simulator_model._copy: no key 'policy_model' in the config; did you mean 'policy_model_name'?"
+    assert check.fill_placeholders(copied)[1] == {"policy_model": check.MODEL_STAND_IN}
     unset = """KeyError raised while resolving interpolation: "Environment variable 'BBQ_JUDGE_BASE_URL' not found\""""
     assert check.fill_placeholders(unset)[2] == {"BBQ_JUDGE_BASE_URL": check.STAND_IN_URL}
+
+
+def test_a_config_error_is_told_by_its_message_and_the_key_below_the_instance():
+    error = "gym: error: r/c.yaml: critpt_server.resources_servers.critpt.api_key.str: Input should be a valid string"
+    assert check.config_error(error) == "api_key.str: Input should be a valid string"
+    assert check.config_error("gym: error: 2 config values cannot be resolved:\na.yaml: m.k.i.url: Interpolation key 'x' not found\n") == "url: Interpolation key 'x' not found"
 
 
 def test_declared_requirements_leave_out_upstreams_own_package(tmp_path):
