@@ -61,3 +61,13 @@ def test_rewrite_image_applies_the_first_matching_prefix_rewrite():
     assert rewrite_image("docker.io/library/python:3.11", rewrites) == "mirror.local/library/python:3.11"
     assert rewrite_image("ghcr.io/x:1", rewrites) == "ghcr.io/x:1"
     assert rewrite_image(None, rewrites) is None
+
+
+def test_upstreams_providers_paths_name_the_same_types_and_registry():
+    import nemo_gym.sandbox as sandbox
+    from nemo_gym.sandbox import providers
+    from nemo_gym.sandbox.providers import base
+
+    for name in base.__all__:
+        assert getattr(base, name) is getattr(sandbox, name) is getattr(providers, name)
+    assert providers.create_provider is sandbox.create_provider
