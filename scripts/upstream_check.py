@@ -181,19 +181,23 @@ def fill_placeholders(error: str) -> tuple[list[str], dict[str, dict], dict[str,
 UPSTREAM_PACKAGE = re.compile(r"(-e\s+)?nemo[-_]gym\b")
 
 
+def declared_lines(directory: Path) -> list[str]:
+    """The requirement lines of a server directory's requirements.txt, else of its pyproject.toml."""
+    if (directory / "requirements.txt").is_file():
+        lines = [line.split(" #")[0].strip() for line in (directory / "requirements.txt").read_text().splitlines()]
+        return [line for line in lines if line and not line.startswith("#")]
+    if (directory / "pyproject.toml").is_file():
+        return tomllib.loads((directory / "pyproject.toml").read_text()).get("project", {}).get("dependencies", [])
+    return []
+
+
 def declares_upstream_package(directory: Path) -> bool:
-    requirements = directory / "requirements.txt"
-    return requirements.is_file() and any(UPSTREAM_PACKAGE.match(line.strip()) for line in requirements.read_text().splitlines())
+    return any(UPSTREAM_PACKAGE.match(line) for line in declared_lines(directory))
 
 
 def declared_requirements(directory: Path) -> list[str]:
     """What a server directory declares it needs, without upstream's own package (``-e nemo-gym[dev] @ ../../``)."""
-    lines: list[str] = []
-    if (directory / "requirements.txt").is_file():
-        lines = [line.split(" #")[0].strip() for line in (directory / "requirements.txt").read_text().splitlines()]
-    elif (directory / "pyproject.toml").is_file():
-        lines = tomllib.loads((directory / "pyproject.toml").read_text()).get("project", {}).get("dependencies", [])
-    return [line for line in lines if line and not line.startswith("#") and not UPSTREAM_PACKAGE.match(line) and not line.startswith("-e .")]
+    return [line for line in declared_lines(directory) if not UPSTREAM_PACKAGE.match(line) and not line.startswith("-e .")]
 
 
 def imported_names(directory: Path) -> set[str]:

@@ -68,6 +68,10 @@ def test_a_config_error_is_told_by_its_message_and_the_key_below_the_instance():
 def test_declared_requirements_leave_out_upstreams_own_package(tmp_path):
     (tmp_path / "requirements.txt").write_text("-e nemo-gym[dev] @ ../../\n# a comment\nmath-verify==0.8.0  # pinned\n\ndatasets\n")
     assert check.declared_requirements(tmp_path) == ["math-verify==0.8.0", "datasets"]
+    assert check.declares_upstream_package(tmp_path)
+    (tmp_path / "requirements.txt").unlink()
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\ndependencies = ["nemo-gym[dev]", "human-eval-infilling"]\n')
+    assert check.declared_requirements(tmp_path) == ["human-eval-infilling"] and check.declares_upstream_package(tmp_path)
 
 
 
