@@ -17,7 +17,8 @@ DEFAULT_EXEC_TIMEOUT_S = 180
 
 
 class AsyncSandbox:
-    """``AsyncSandbox(provider, spec)``: ``provider`` a provider or a one-key provider config. Usable once: after ``stop`` it is done."""
+    """``AsyncSandbox(provider, spec)``: ``provider`` a provider or a one-key provider config. Usable once: after ``stop`` it is done.
+    ``async with AsyncSandbox(...) as sandbox: await sandbox.start()``, as upstream's: entering does not start it."""
 
     def __init__(self, provider: Mapping[str, Any] | SandboxProvider, spec: SandboxSpec | None = None) -> None:
         self._provider = create_provider(provider) if isinstance(provider, Mapping) else provider
@@ -100,7 +101,8 @@ class AsyncSandbox:
             await self._provider.aclose()
 
     async def __aenter__(self) -> "AsyncSandbox":
-        return await self.start()
+        """As upstream's: the block stops the sandbox on leaving; ``start()`` inside it starts it."""
+        return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
         await self.stop()

@@ -55,7 +55,8 @@ def test_a_sandbox_endpoint_is_an_absolute_url_with_string_headers():
 
 @pytest.mark.anyio
 async def test_endpoint_needs_a_declared_port_and_a_provider_that_routes_ports(tmp_path):
-    async with AsyncSandbox({"local": {"root": str(tmp_path)}}, SandboxSpec(ports=[8080])) as sandbox:
+    async with AsyncSandbox({"local": {"root": str(tmp_path)}}) as sandbox:
+        await sandbox.start(SandboxSpec(ports=[8080]))
         for port in (0, 65536, True, "8080"):
             with pytest.raises(ValueError, match="between 1 and 65535"):
                 await sandbox.endpoint(port)
