@@ -106,6 +106,11 @@ class Result:
         return self.tests_exit == 0
 
     def add_cause(self, cause: str) -> None:
+        """Add a cause once; pytest's shortened copies of one (``ConnectionErr...``) are the same cause."""
+        stem = cause.removesuffix("...")
+        if cause.endswith("...") and any(known.startswith(stem) for known in self.causes):
+            return
+        self.causes = [known for known in self.causes if not (known.endswith("...") and cause.startswith(known.removesuffix("...")))]
         if cause not in self.causes:
             self.causes.append(cause)
 
@@ -472,6 +477,14 @@ def summary(total: dict[str, int]) -> str:
     ])
 
 
+def saved_result(row: dict) -> Result:
+    """A directory's result as --json wrote it (its causes merged as ``add_cause`` merges them)."""
+    result = Result(**{key: value for key, value in row.items() if key not in ("tests_pass", "causes")})
+    for cause in row.get("causes", []):
+        result.add_cause(cause)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--load-configs"]:
@@ -499,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{upstream}: no server directories ({', '.join(SERVER_KINDS)})")
     results = []
     if args.resume and args.json and args.json.is_file():
-        results = [Result(**{key: value for key, value in row.items() if key != "tests_pass"}) for row in json.loads(args.json.read_text())["directories"]]
+        results = [saved_result(row) for row in json.loads(args.json.read_text())["directories"]]
         done = {result.directory for result in results}
         directories = [path for path in directories if f"{path.parent.name}/{path.name}" not in done]
     timeouts = {"install": args.install_timeout, "import": args.import_timeout, "tests": args.tests_timeout, "config": args.config_timeout}

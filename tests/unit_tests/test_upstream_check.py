@@ -38,6 +38,13 @@ def test_failure_messages_come_from_the_short_summary_and_collection_errors():
         "missing module psutil", "AssertionError: assert 1 == 2", "missing name nemo_gym.y.X"]
 
 
+def test_pytests_shortened_copies_of_a_cause_are_that_cause():
+    result = check.Result("resources_servers/x")
+    for cause in ("ConnectionErr...", "ConnectionError: Couldn't reach the Hub", "Conne...", "...", "other"):
+        result.add_cause(cause)
+    assert result.causes == ["ConnectionError: Couldn't reach the Hub", "other"]
+
+
 def test_placeholders_are_filled_as_a_users_env_yaml_would():
     error = textwrap.dedent("""\
         gym: error: 3 config values cannot be resolved:
