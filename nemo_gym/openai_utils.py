@@ -42,7 +42,7 @@ from openai.types.responses.response_input_item import Message
 from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from openai.types.shared import Reasoning
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, SerializerFunctionWrapHandler, Tag, model_serializer
 
 from nemo_gym.openai_client import RATE_LIMIT_ERROR_CODES, RETRY_ERROR_CODES, NeMoGymAsyncOpenAI  # noqa: F401 (upstream's path)
 
@@ -86,7 +86,19 @@ NeMoGymResponseInputContent = Annotated[
 ]
 
 
-class NeMoGymEasyInputMessage(EasyInputMessage):
+class UnsetPhaseLeftOut(BaseModel):
+    """A message the way upstream's dumps it: newer ``openai`` SDKs give messages a ``phase``, which upstream's
+    messages lack, so an unset one is left out of dumps (one that is set is kept)."""
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset_phase(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("phase", "") is None:
+            del data["phase"]
+        return data
+
+
+class NeMoGymEasyInputMessage(UnsetPhaseLeftOut, EasyInputMessage):
     """A message given as input: ``{"role": "user", "content": "..."}`` or with a list of text, image and file parts."""
 
     content: Union[str, list[NeMoGymResponseInputContent]]
@@ -105,7 +117,7 @@ class NeMoGymResponseOutputRefusal(ResponseOutputRefusal):
 NeMoGymContent = Annotated[Union[NeMoGymResponseOutputText, NeMoGymResponseOutputRefusal], Field(discriminator="type")]
 
 
-class NeMoGymResponseOutputMessage(ResponseOutputMessage):
+class NeMoGymResponseOutputMessage(UnsetPhaseLeftOut, ResponseOutputMessage):
     """An assistant message; as input (a past turn) it may come without id and status."""
 
     id: str = Field(default_factory=lambda: new_id("msg"))

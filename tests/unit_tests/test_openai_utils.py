@@ -312,3 +312,13 @@ def test_a_response_whose_output_carries_the_conversations_given_messages_valida
     response = new_response(output=[given, {"role": "system", "content": "be brief", "type": "message"}, said])
     assert [type(item) for item in response.output] == [NeMoGymEasyInputMessage, NeMoGymEasyInputMessage, NeMoGymResponseOutputMessage]
     assert NeMoGymResponse.model_validate(response.model_dump()).output[0] == given
+
+
+def test_messages_dump_as_upstreams_without_the_sdks_unset_phase():
+    from nemo_gym.openai_utils import NeMoGymEasyInputMessage, NeMoGymResponseOutputMessage, NeMoGymResponseOutputText
+
+    assert NeMoGymEasyInputMessage(role="user", content="Hello").model_dump(mode="json") == {"content": "Hello", "role": "user", "type": "message"}
+    output = NeMoGymResponseOutputMessage(id="m", content=[NeMoGymResponseOutputText(text="hi")], status="completed")
+    assert "phase" not in output.model_dump() and "phase" not in output.model_dump_json()
+    kept = NeMoGymEasyInputMessage.model_validate({"role": "assistant", "content": "x", "phase": "final_answer"})
+    assert kept.model_dump()["phase"] == "final_answer"
