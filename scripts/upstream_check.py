@@ -17,9 +17,9 @@ Then, per directory, with a small pool:
 - tests: its own tests as upstream's ``ng_test`` runs them (as ``gym env test`` does here): cwd the
   server directory, it and the root first on PYTHONPATH, pytest with ``asyncio_mode=auto``; bounded in time.
 - configs: each ``configs/**/*.yaml`` loaded with ``gym env resolve`` from the root, its placeholders
-  filled as a user's env.yaml would: ``policy_base_url``, ``policy_api_key``, ``policy_model_name`` and
-  each ``${oc.select:variable,null}`` variable set, and a ``${variable}`` the files leave undefined and a required ``???``
-  value get a stand-in (a URL for ``*url``, ``policy_model`` for a model server's ``name``, else a
+  filled as a user's env.yaml would: ``policy_base_url``, ``policy_api_key``, ``policy_model_name``, each
+  ``${oc.select:variable,null}`` variable and each top-level variable the file sets to null are set, and a
+  ``${variable}`` the files leave undefined, a required ``???`` value and a required setting missing get a stand-in (a URL for ``*url``, ``policy_model`` for a model server's ``name``, else a
   string), and a model server the config refers to but does not define (``policy_model``, a judge) is
   upstream's ``openai_model`` config under that name (also one ``_copy``-ed), pointing at the stand-in URL. One process of the
   directory's Python loads all of its configs (its app imported once), bounded in time.
@@ -56,6 +56,7 @@ SKIP_WHEN_COPYING = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", 
 PYTEST_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)")
 UNDEFINED_VARIABLE = re.compile(r"Interpolation key '([\w.]+)' not found")
 UNSET_ENVIRONMENT = re.compile(r"Environment variable '(\w+)' not found")
+REQUIRED_FIELD = re.compile(r"([\w.\-]+): Field required")
 REQUIRED_VALUE = re.compile(r"([\w.\-]+): required value \(\?\?\?\) is not set")
 UNDEFINED_INSTANCE = re.compile(r"([\w.\-]+): refers to instance '([\w.\-]+)', which the config does not define")
 SELECT_OR_NULL = re.compile(r"\$\{oc\.select:([\w.]+),\s*null\s*\}")
@@ -176,7 +177,7 @@ def fill_placeholders(error: str) -> tuple[list[str], dict[str, dict], dict[str,
     (a resources server referred to is a stand-in that verifies nothing; any other is upstream's
     ``openai_model`` at the stand-in URL) and ``${oc.env:NAME}`` without a default."""
     overrides = [f"++{key}={stand_in(key)}" for key in UNDEFINED_VARIABLE.findall(error)]
-    overrides += [f"++{key}={stand_in(key)}" for key in REQUIRED_VALUE.findall(error)]
+    overrides += [f"++{key}={stand_in(key)}" for key in REQUIRED_VALUE.findall(error) + REQUIRED_FIELD.findall(error)]
     instances = {name: RESOURCES_STAND_IN if "resources_server" in key.rsplit(".", 1)[-1] else MODEL_STAND_IN
                  for key, name in UNDEFINED_INSTANCE.findall(error)}
     instances.update({name: MODEL_STAND_IN for name in UNDEFINED_COPY.findall(error) if "model" in name})
@@ -369,6 +370,17 @@ class Checker:
                 result.add_cause(cause)
 
 
+def variables_left_to_env_yaml(config: Path) -> list[str]:
+    """The variables a config leaves for env.yaml: ``${oc.select:NAME,null}`` ones and top-level keys set to null."""
+    text = config.read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    nulls = [str(key) for key, value in data.items() if value is None] if isinstance(data, dict) else []
+    return list(dict.fromkeys([*SELECT_OR_NULL.findall(text), *nulls]))
+
+
 def load_configs_here(configs: list[str]) -> None:
     """``--load-configs``: run in a directory's Python from the scratch root, print one line per config
     with None or the cause why ``gym env resolve`` did not load it."""
@@ -387,7 +399,7 @@ def load_configs_here(configs: list[str]) -> None:
 def load_config_here(gym, config: str) -> str | None:
     """None if ``gym env resolve`` loads the config with its placeholders filled (as a user's env.yaml
     would), else the cause."""
-    overrides = [f"++{key}={stand_in(key)}" for key in (*ENV_YAML, *SELECT_OR_NULL.findall(Path(config).read_text()))]
+    overrides = [f"++{key}={stand_in(key)}" for key in (*ENV_YAML, *variables_left_to_env_yaml(Path(config)))]
     instances: dict[str, dict] = {}
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as extra:
         for _ in range(MAX_FILLS):

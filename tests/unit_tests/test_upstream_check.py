@@ -60,10 +60,18 @@ def test_placeholders_are_filled_as_a_users_env_yaml_would():
     assert check.fill_placeholders(refs)[1] == {"judge": check.MODEL_STAND_IN}
     refs = "gym: error: a.yaml: x.responses_api_agents.y.resources_server: refers to instance 'r', which the config does not define"
     assert check.fill_placeholders(refs)[1] == {"r": check.RESOURCES_STAND_IN}
+    missing = "gym: error: a.yaml: g.resources_servers.google_search.google_api_key: Field required"
+    assert check.fill_placeholders(missing)[0] == ["++g.resources_servers.google_search.google_api_key=stand-in"]
     copied = "gym: error: a.yaml: simulator_model._copy: no key 'policy_model' in the config; did you mean 'policy_model_name'?"
     assert check.fill_placeholders(copied)[1] == {"policy_model": check.MODEL_STAND_IN}
     unset = """KeyError raised while resolving interpolation: "Environment variable 'BBQ_JUDGE_BASE_URL' not found\""""
     assert check.fill_placeholders(unset)[2] == {"BBQ_JUDGE_BASE_URL": check.STAND_IN_URL}
+
+
+def test_variables_a_config_leaves_to_env_yaml_are_its_null_top_level_keys_and_null_selects(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("a:\n  resources_servers:\n    x:\n      key: ${oc.select:artificial_api_key, null}\njudge_base_url: null\nkept: 1\n")
+    assert check.variables_left_to_env_yaml(config) == ["artificial_api_key", "judge_base_url"]
 
 
 def test_a_config_error_is_told_by_its_message_and_the_key_below_the_instance():
