@@ -199,7 +199,8 @@ def _item_tagger(sdk_types: set[str], input_messages: bool) -> typing.Callable[[
     """Which class an item is: its ``type``; among inputs, a message is past assistant output or a message given.
 
     Among outputs a message is the assistant's, unless it is a message given (a user, system or developer
-    turn, or an input message object): upstream's agents return the whole conversation as the output.
+    turn, an input message object, or one whose content is a bare string, as some backends send it: upstream's
+    output union takes that as its easy input message): upstream's agents return the whole conversation as the output.
     """
 
     def tag(item: Any) -> str:
@@ -208,7 +209,7 @@ def _item_tagger(sdk_types: set[str], input_messages: bool) -> typing.Callable[[
             content = _field(item, "content")
             parts = content if isinstance(content, list) else []
             said = _field(item, "role") == "assistant" and any(_field(part, "type") in ("output_text", "refusal") for part in parts)
-            given = isinstance(item, EasyInputMessage) or _field(item, "role") not in (None, "assistant")
+            given = isinstance(item, EasyInputMessage) or _field(item, "role") not in (None, "assistant") or isinstance(content, str)
             kind = ("output_message" if said else "message") if input_messages else ("message" if given else "output_message")
         elif kind not in ("function_call", "function_call_output", "reasoning"):
             return "other" if kind in sdk_types else "unknown"

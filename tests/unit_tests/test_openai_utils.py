@@ -322,3 +322,13 @@ def test_messages_dump_as_upstreams_without_the_sdks_unset_phase():
     assert "phase" not in output.model_dump() and "phase" not in output.model_dump_json()
     kept = NeMoGymEasyInputMessage.model_validate({"role": "assistant", "content": "x", "phase": "final_answer"})
     assert kept.model_dump()["phase"] == "final_answer"
+
+
+def test_an_output_message_with_bare_string_content_validates_as_upstreams_easy_message():
+    from nemo_gym.openai_utils import NeMoGymEasyInputMessage, NeMoGymResponse
+
+    response = NeMoGymResponse(
+        id="resp_test", created_at=0.0, model="dummy", object="response", parallel_tool_calls=True, tool_choice="auto", tools=[],
+        output=[{"id": "msg_1", "type": "message", "role": "assistant", "content": "((3))"}],
+    )
+    assert isinstance(response.output[0], NeMoGymEasyInputMessage) and response.output[0].content == "((3))"
