@@ -18,7 +18,8 @@ Then, per directory, with a small pool:
   server directory, it and the root first on PYTHONPATH, pytest with ``asyncio_mode=auto``; bounded in time.
 - configs: each ``configs/**/*.yaml`` loaded with ``gym env resolve`` from the root, its placeholders
   filled as a user's env.yaml would: ``policy_base_url``, ``policy_api_key``, ``policy_model_name``, each
-  ``${oc.select:variable,null}`` variable and each top-level variable the file sets to null are set, and a
+  ``${oc.select:variable,null}`` variable and each top-level variable the file sets to null are set (and
+  each ``${oc.env:NAME,null}`` environment variable), and a
   ``${variable}`` the files leave undefined, a required ``???`` value and a required setting missing get a stand-in (a URL for ``*url``, ``policy_model`` for a model server's ``name``, else a
   string), and a model server the config refers to but does not define (``policy_model``, a judge) is
   upstream's ``openai_model`` config under that name (also one ``_copy``-ed), pointing at the stand-in URL. One process of the
@@ -60,6 +61,7 @@ REQUIRED_FIELD = re.compile(r"([\w.\-]+): Field required")
 REQUIRED_VALUE = re.compile(r"([\w.\-]+): required value \(\?\?\?\) is not set")
 UNDEFINED_INSTANCE = re.compile(r"([\w.\-]+): refers to instance '([\w.\-]+)', which the config does not define")
 SELECT_OR_NULL = re.compile(r"\$\{oc\.select:([\w.]+),\s*null\s*\}")
+ENVIRONMENT_OR_NULL = re.compile(r"\$\{oc\.env:(\w+),\s*null\s*\}")
 UNDEFINED_COPY = re.compile(r"_copy: no key '([\w\-]+)' in the config")
 MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
 MISSING_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
@@ -401,6 +403,7 @@ def load_config_here(gym, config: str) -> str | None:
     would), else the cause."""
     overrides = [f"++{key}={stand_in(key)}" for key in (*ENV_YAML, *variables_left_to_env_yaml(Path(config)))]
     instances: dict[str, dict] = {}
+    os.environ.update({name: stand_in(name) for name in ENVIRONMENT_OR_NULL.findall(Path(config).read_text())})
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as extra:
         for _ in range(MAX_FILLS):
             Path(extra.name).write_text(yaml.safe_dump(instances))

@@ -102,7 +102,8 @@ def test_upstreams_own_dependencies_are_installed_where_the_directory_imports_th
     assert ("GitPython>=3" in wanted) == (not check.installed("GitPython"))
 
 
-GOOD_APP = check.STAND_IN_APP
+GOOD_APP = check.STAND_IN_APP.replace("class StandInConfig(BaseResourcesServerConfig):\n    pass",
+                                      "class StandInConfig(BaseResourcesServerConfig):\n    judge_url: str\n    judge_key: str\n    region: str")
 GOOD_TESTS = '''
 import util
 
@@ -121,6 +122,9 @@ good:
       entrypoint: app.py
       judge_model_server: {type: responses_api_models, name: policy_model}
       judge_url: ${judge_base_url}
+      judge_key: ${oc.env:UPSTREAM_CHECK_FAKE_KEY,null}
+      region: ${region}
+region: null
 good_agent:
   responses_api_agents:
     simple_agent:
