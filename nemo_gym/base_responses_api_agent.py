@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -37,18 +38,33 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        app.post("/v1/responses", response_model=None)(self.answer_responses)
-        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/v1/responses", response_model=None)(self.answer_responses)
-        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/{TOKEN_CAPTURE_PATH_SEGMENT}/v1/responses", response_model=None)(
-            self.answer_responses
-        )
+        answer = self.responses_route()
+        app.post("/v1/responses", response_model=None)(answer)
+        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/v1/responses", response_model=None)(answer)
+        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/{TOKEN_CAPTURE_PATH_SEGMENT}/v1/responses", response_model=None)(answer)
         app.post("/run")(self.run)
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         return app
 
+    def responses_route(self) -> Any:
+        """What serves ``/v1/responses``: ``answer_responses`` (JSON or events) for a ``responses(request,
+        response, body)`` of the base's shape; else, as upstream registers it, the agent's own ``responses``,
+        whose parameters FastAPI reads (upstream's aviary_agent takes its own run request there)."""
+        try:
+            parameters = inspect.signature(self.responses, eval_str=True).parameters
+        except NameError:
+            return self.answer_responses
+        body = parameters.get("body")
+        base_shaped = set(parameters) <= {"request", "response", "body"} and body is not None
+        if base_shaped and isinstance(body.annotation, type) and issubclass(body.annotation, NeMoGymResponseCreateParamsNonStreaming):
+            return self.answer_responses
+        return self.responses
+
     async def answer_responses(self, request: Request, response: HTTPResponse, body: NeMoGymResponseCreateParams) -> HTTPResponse:
         """The response ``responses`` makes, as JSON or as events, with the cookies ``responses`` set."""
-        reply = response_reply(await self.responses(request, response, body.non_streaming()), body.stream)
+        given = {"request": request, "response": response, "body": body.non_streaming()}
+        parameters = inspect.signature(self.responses).parameters
+        reply = response_reply(await self.responses(**{name: value for name, value in given.items() if name in parameters}), body.stream)
         reply.raw_headers.extend(header for header in response.raw_headers if header[0] == b"set-cookie")
         return reply
 
