@@ -22,7 +22,7 @@ from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParams, 
 from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
 from nemo_gym.response_stream import response_reply
 from nemo_gym.server import SimpleServer
-from nemo_gym.server_utils import get_response_json, rollout_path_prefix
+from nemo_gym.server_utils import apply_rollout_prefix, get_first_server_config_dict, get_response_json, rollout_path_prefix
 
 __all__ = ["BaseResponsesAPIAgentConfig", "BaseRunRequest", "Body", "SimpleResponsesAPIAgent"]
 
@@ -89,6 +89,17 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
     def url_path_for_run(self, path: str, body: BaseRunRequest) -> str:
         """``path`` under the row's rollout prefix (``/ng-rollout/<id>/...``) when the row has a rollout id."""
         return rollout_path(path, self.rollout_id_from_run(body))
+
+    def base_url_for_run(self, base_url: str, body: BaseRunRequest) -> str:
+        """A model server's root URL with this run's rollout prefix (and token capture segment) after it;
+        the API version (``/v1``) goes after this, as upstream's."""
+        return apply_rollout_prefix(base_url, self.rollout_id_from_run(body), token_capture=self.config.token_id_capture)
+
+    def resolve_model_base_url(self, model_server_name: str, rollout_id: str | None = None) -> str:
+        """The OpenAI-compatible base URL (``.../v1``) of a model server, under ``rollout_id``'s prefix if given."""
+        settings = get_first_server_config_dict(self.server_client.global_config_dict, model_server_name)
+        base_url = self.server_client._build_server_base_url(settings)
+        return f"{apply_rollout_prefix(base_url, rollout_id, token_capture=self.config.token_id_capture)}/v1"
 
     @staticmethod
     def url_path_for_request(path: str, request: Request) -> str:

@@ -101,11 +101,15 @@ class ServerClient(BaseModel):
             self._session = new_session(self.limit)
         return self._session
 
+    def _build_server_base_url(self, server_config_dict: Any) -> str:
+        """A server's root URL from its settings (upstream's name; its tests replace it to point elsewhere)."""
+        return f"http://{server_config_dict['host']}:{server_config_dict['port']}"
+
     def url(self, server_name: str, url_path: str) -> str:
         base = self._urls.get(server_name)
         if base is None:
             settings = get_first_server_config_dict(self.global_config_dict, server_name)
-            base = self._urls[server_name] = f"http://{settings['host']}:{settings['port']}"
+            base = self._urls[server_name] = self._build_server_base_url(settings)
         return f"{base}{url_path}"
 
     async def request(self, server_name: str, url_path: str, method: str, **kwargs: Any) -> aiohttp.ClientResponse:

@@ -66,3 +66,29 @@ async def test_a_responses_without_the_response_parameter_is_called_with_what_it
     async with serving(NoResponseParameterAgent.for_instance(NAME, instances()).setup_webserver()) as url, aiohttp.ClientSession() as session:
         async with session.post(f"{url}/v1/responses", json={"input": "hi", "model": "m"}) as reply:
             assert reply.status == 200 and (await reply.json())["model"] == "m"
+
+
+def test_server_client_builds_a_servers_base_url_as_upstreams_and_url_uses_it():
+    from omegaconf import OmegaConf
+
+    from nemo_gym.server_utils import ServerClient
+
+    config = OmegaConf.create({"judge": {"responses_api_models": {"openai_model": {"host": "127.0.0.1", "port": 8123}}}})
+    client = ServerClient(global_config_dict=config)
+    assert client._build_server_base_url(OmegaConf.create({"host": "127.0.0.1", "port": 8123})) == "http://127.0.0.1:8123"
+    client._build_server_base_url = lambda settings: f"http://elsewhere:{settings['port']}"
+    assert client.url("judge", "/v1/responses") == "http://elsewhere:8123/v1/responses"
+
+
+def test_base_url_for_run_and_resolve_model_base_url_put_the_rollout_prefix_on_a_model_url_as_upstreams():
+    from omegaconf import OmegaConf
+
+    from nemo_gym.server_utils import ServerClient
+
+    agent = OwnBodyAgent.for_instance(NAME, instances())
+    row = BaseRunRequest.model_validate({"responses_create_params": {"input": "hi"}, "_ng_rollout_id": "r1"})
+    assert agent.base_url_for_run("http://m:1", row) == "http://m:1/ng-rollout/r1"
+    assert agent.base_url_for_run("http://m:1", BaseRunRequest.model_validate({"responses_create_params": {"input": "hi"}})) == "http://m:1"
+    agent.server_client = ServerClient(global_config_dict=OmegaConf.create({"policy": {"responses_api_models": {"x": {"host": "h", "port": 2}}}}))
+    assert agent.resolve_model_base_url("policy") == "http://h:2/v1"
+    assert agent.resolve_model_base_url("policy", "r2") == "http://h:2/ng-rollout/r2/v1"
