@@ -18,6 +18,7 @@ async def test_get_global_aiohttp_client_is_the_one_pooled_session_request_uses(
     client = server_utils.get_global_aiohttp_client()
     assert isinstance(client, aiohttp.ClientSession) and not client.closed
     assert server_utils.get_global_aiohttp_client() is client
+    await client.close()
 
 
 def test_request_debug_is_off_unless_the_config_turns_it_on(tmp_path, monkeypatch):
