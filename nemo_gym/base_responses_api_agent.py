@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
@@ -23,7 +24,7 @@ from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_met
 from nemo_gym.rollout_correlation import maybe_rollout_id_from_run_body, rollout_context
 from nemo_gym.response_stream import response_reply
 from nemo_gym.server import SimpleServer
-from nemo_gym.server_utils import get_response_json, rollout_path_prefix
+from nemo_gym.server_utils import apply_rollout_prefix, get_first_server_config_dict, get_response_json, rollout_path_prefix
 
 __all__ = ["BaseResponsesAPIAgentConfig", "BaseRunRequest", "Body", "SimpleResponsesAPIAgent"]
 
@@ -39,11 +40,10 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
-        app.post("/v1/responses", response_model=None)(self.answer_responses)
-        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/v1/responses", response_model=None)(self.answer_responses)
-        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/{TOKEN_CAPTURE_PATH_SEGMENT}/v1/responses", response_model=None)(
-            self.answer_responses
-        )
+        answer = self.responses_route()
+        app.post("/v1/responses", response_model=None)(answer)
+        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/v1/responses", response_model=None)(answer)
+        app.post(f"/{ROLLOUT_PATH_PREFIX}/{{rollout_id}}/{TOKEN_CAPTURE_PATH_SEGMENT}/v1/responses", response_model=None)(answer)
         app.post("/run")(self._run_in_rollout_context())
         app.post("/aggregate_metrics")(self.aggregate_metrics)
         return app
@@ -60,9 +60,25 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
 
         return run_in_context
 
+    def responses_route(self) -> Any:
+        """What serves ``/v1/responses``: ``answer_responses`` (JSON or events) for a ``responses(request,
+        response, body)`` of the base's shape; else, as upstream registers it, the agent's own ``responses``,
+        whose parameters FastAPI reads (upstream's aviary_agent takes its own run request there)."""
+        try:
+            parameters = inspect.signature(self.responses, eval_str=True).parameters
+        except NameError:
+            return self.answer_responses
+        body = parameters.get("body")
+        base_shaped = set(parameters) <= {"request", "response", "body"} and body is not None
+        if base_shaped and isinstance(body.annotation, type) and issubclass(body.annotation, NeMoGymResponseCreateParamsNonStreaming):
+            return self.answer_responses
+        return self.responses
+
     async def answer_responses(self, request: Request, response: HTTPResponse, body: NeMoGymResponseCreateParams) -> HTTPResponse:
         """The response ``responses`` makes, as JSON or as events, with the cookies ``responses`` set."""
-        reply = response_reply(await self.responses(request, response, body.non_streaming()), body.stream)
+        given = {"request": request, "response": response, "body": body.non_streaming()}
+        parameters = inspect.signature(self.responses).parameters
+        reply = response_reply(await self.responses(**{name: value for name, value in given.items() if name in parameters}), body.stream)
         reply.raw_headers.extend(header for header in response.raw_headers if header[0] == b"set-cookie")
         return reply
 
@@ -105,6 +121,17 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
         """``path`` under the row's rollout prefix (``/ng-rollout/<id>[/training-token-capture]``), if it has one."""
         rollout_id = self.rollout_id_from_run(body)
         return rollout_path_prefix(rollout_id, token_capture=self._token_id_capture_enabled()) + path
+
+    def base_url_for_run(self, base_url: str, body: BaseRunRequest) -> str:
+        """A model server's root URL with this run's rollout prefix (and token capture segment) after it;
+        the API version (``/v1``) goes after this, as upstream's."""
+        return apply_rollout_prefix(base_url, self.rollout_id_from_run(body), token_capture=self._token_id_capture_enabled())
+
+    def resolve_model_base_url(self, model_server_name: str, rollout_id: str | None = None) -> str:
+        """The OpenAI-compatible base URL (``.../v1``) of a model server, under ``rollout_id``'s prefix if given."""
+        settings = get_first_server_config_dict(self.server_client.global_config_dict, model_server_name)
+        base_url = self.server_client._build_server_base_url(settings)
+        return f"{apply_rollout_prefix(base_url, rollout_id, token_capture=self._token_id_capture_enabled())}/v1"
 
     @staticmethod
     def url_path_for_request(path: str, request: Request | None) -> str:

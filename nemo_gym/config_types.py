@@ -152,3 +152,12 @@ class AggregateMetrics(BaseModel):
 
 ROLLOUT_PATH_PREFIX = "ng-rollout"
 TOKEN_CAPTURE_PATH_SEGMENT = "training-token-capture"
+
+
+def __getattr__(name: str) -> Any:
+    """``OmegaConf``, which upstream's config_types has among its names (imported only when asked for)."""
+    if name == "OmegaConf":
+        from omegaconf import OmegaConf
+
+        return OmegaConf
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import random
+import socket
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -95,3 +97,25 @@ def get_first_server_config_dict(global_config_dict: Any, instance_name: str) ->
     except (KeyError, ValueError, AttributeError) as error:
         raise KeyError(f"no server instance named {instance_name!r} in the config") from error
     return settings
+
+
+def find_open_port(disallowed_ports: list[int] | None = None, max_retries: int = 50) -> int:
+    """A TCP port free to bind and not in ``disallowed_ports``: picked at random within the config's
+    ``port_range_low``..``port_range_high`` when it has them (as upstream's), else one the system gives.
+    RuntimeError after ``max_retries`` tries."""
+    disallowed = set(disallowed_ports or [])
+    config = maybe_get_global_config_dict()
+    low, high = (config.get(PORT_RANGE_LOW_KEY_NAME), config.get(PORT_RANGE_HIGH_KEY_NAME)) if config is not None else (None, None)
+    for _ in range(max_retries):
+        port = random.randint(low, high) if low is not None and high is not None else 0
+        if port in disallowed:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+            port = sock.getsockname()[1]
+        if port not in disallowed:
+            return port
+    raise RuntimeError(f"no open port that is not one of the disallowed ports {sorted(disallowed)} after {max_retries} tries")

@@ -42,7 +42,7 @@ from openai.types.responses.response_input_item import Message
 from openai.types.responses.response_reasoning_item import Summary
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from openai.types.shared import Reasoning
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, SerializerFunctionWrapHandler, Tag, model_serializer
 
 from nemo_gym.openai_client import RATE_LIMIT_ERROR_CODES, RETRY_ERROR_CODES, NeMoGymAsyncOpenAI  # noqa: F401 (upstream's path)
 from nemo_gym.token_metadata import (  # noqa: F401 (upstream's path)
@@ -71,7 +71,19 @@ NeMoGymResponseInputContent = Annotated[
 ]
 
 
-class NeMoGymEasyInputMessage(EasyInputMessage):
+class UnsetPhaseLeftOut(BaseModel):
+    """A message the way upstream's dumps it: newer ``openai`` SDKs give messages a ``phase``, which upstream's
+    messages lack, so an unset one is left out of dumps (one that is set is kept)."""
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset_phase(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("phase", "") is None:
+            del data["phase"]
+        return data
+
+
+class NeMoGymEasyInputMessage(UnsetPhaseLeftOut, EasyInputMessage):
     """A message given as input: ``{"role": "user", "content": "..."}`` or with a list of text, image and file parts."""
 
     content: Union[str, list[NeMoGymResponseInputContent]]
@@ -90,7 +102,7 @@ class NeMoGymResponseOutputRefusal(ResponseOutputRefusal):
 NeMoGymContent = Annotated[Union[NeMoGymResponseOutputText, NeMoGymResponseOutputRefusal], Field(discriminator="type")]
 
 
-class NeMoGymResponseOutputMessage(ResponseOutputMessage):
+class NeMoGymResponseOutputMessage(UnsetPhaseLeftOut, ResponseOutputMessage):
     """An assistant message; as input (a past turn) it may come without id and status."""
 
     id: str = Field(default_factory=lambda: new_id("msg"))
@@ -172,7 +184,8 @@ def _item_tagger(sdk_types: set[str], input_messages: bool) -> typing.Callable[[
     """Which class an item is: its ``type``; among inputs, a message is past assistant output or a message given.
 
     Among outputs a message is the assistant's, unless it is a message given (a user, system or developer
-    turn, or an input message object): upstream's agents return the whole conversation as the output.
+    turn, an input message object, or one whose content is a bare string, as some backends send it: upstream's
+    output union takes that as its easy input message): upstream's agents return the whole conversation as the output.
     """
 
     def tag(item: Any) -> str:
@@ -181,7 +194,7 @@ def _item_tagger(sdk_types: set[str], input_messages: bool) -> typing.Callable[[
             content = field_of(item, "content")
             parts = content if isinstance(content, list) else []
             said = field_of(item, "role") == "assistant" and any(field_of(part, "type") in ("output_text", "refusal") for part in parts)
-            given = isinstance(item, EasyInputMessage) or field_of(item, "role") not in (None, "assistant")
+            given = isinstance(item, EasyInputMessage) or field_of(item, "role") not in (None, "assistant") or isinstance(content, str)
             kind = ("output_message" if said else "message") if input_messages else ("message" if given else "output_message")
         elif kind not in ("function_call", "function_call_output", "reasoning"):
             return "other" if kind in sdk_types else "unknown"

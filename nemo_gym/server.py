@@ -178,9 +178,16 @@ class SimpleServer(BaseModel):
         app.router.route_class = StrictJSONRoute
         app.get("/")(self.liveness)
         app.add_exception_handler(Exception, self.unhandled_error)
+        self.setup_session_middleware(app)
+        return app
+
+    def setup_session_middleware(self, app: FastAPI) -> None:
+        """Give ``app`` this server's sessions (the session id, in the signed cookie); a second call adds
+        nothing. Upstream's name: its servers that make a ``FastAPI()`` of their own call it."""
+        if any(layer.cls in SESSION_LAYER for layer in app.user_middleware):
+            return
         app.add_middleware(SessionIdMiddleware, owner=self._worker_id)
         app.add_middleware(SessionCookie, **self.session_options)
-        return app
 
     @property
     def session_options(self) -> dict[str, Any]:

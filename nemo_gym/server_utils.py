@@ -25,7 +25,7 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client.owner_pool import OwnerPool, read_in_full
 from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT, BaseServerConfig
 from nemo_gym.env import DEFAULT_HEAD_PORT as DEFAULT_HEAD_SERVER_PORT, ENTRYPOINT_ENV, WORKER_ENV  # noqa: F401 (upstream's name)
-from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
+from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict, maybe_get_global_config_dict
 from nemo_gym.sessions.cookie import session_cookie_name
 
 __all__ = [
@@ -98,11 +98,15 @@ class ServerClient(BaseModel):
             self._session = new_session(self.limit)
         return self._session
 
+    def _build_server_base_url(self, server_config_dict: Any) -> str:
+        """A server's root URL from its settings (upstream's name; its tests replace it to point elsewhere)."""
+        return f"http://{server_config_dict['host']}:{server_config_dict['port']}"
+
     def url(self, server_name: str, url_path: str) -> str:
         base = self._urls.get(server_name)
         if base is None:
             settings = get_first_server_config_dict(self.global_config_dict, server_name)
-            base = self._urls[server_name] = f"http://{settings['host']}:{settings['port']}"
+            base = self._urls[server_name] = self._build_server_base_url(settings)
         return f"{base}{url_path}"
 
     async def request(self, server_name: str, url_path: str, method: str, **kwargs: Any) -> aiohttp.ClientResponse:
@@ -130,14 +134,29 @@ class ServerClient(BaseModel):
 
 
 _shared_sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+REQUEST_DEBUG_KEY_NAME = "global_aiohttp_client_request_debug"
 
 
-async def request(method: str, url: str, _internal: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
-    """``method url`` on the process's shared pooled session (one per event loop)."""
+def get_global_aiohttp_client() -> aiohttp.ClientSession:
+    """Upstream's name for the process's shared pooled session of the running event loop (the one
+    ``request`` uses); call it from async code."""
     loop = asyncio.get_running_loop()
     session = _shared_sessions.get(loop)
     if session is None or session.closed:
         session = _shared_sessions[loop] = new_session()
+    return session
+
+
+def is_global_aiohttp_client_request_debug_enabled() -> bool:
+    """Upstream's switch for logging each request of the shared session: the config's
+    ``global_aiohttp_client_request_debug`` (False outside the launcher)."""
+    config = maybe_get_global_config_dict()
+    return bool(config.get(REQUEST_DEBUG_KEY_NAME, False)) if config is not None else False
+
+
+async def request(method: str, url: str, _internal: bool = False, **kwargs: Any) -> aiohttp.ClientResponse:
+    """``method url`` on the process's shared pooled session (one per event loop)."""
+    session = get_global_aiohttp_client()
     kwargs = json_ready(kwargs)
     return await send(lambda: read_in_full(session.request(method, url, **kwargs)))
 

@@ -1,20 +1,24 @@
-"""``AsyncSandbox``: one sandbox's life (start, exec, files, stop) on a provider, as upstream's API has it."""
+"""``AsyncSandbox``: one sandbox's life (start, exec, files, endpoints, stop) on a provider, as upstream's
+API has it; ``Sandbox``, the same for synchronous callers."""
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from nemo_gym.sandbox.registry import create_provider
-from nemo_gym.sandbox.types import SandboxExecResult, SandboxHandle, SandboxProvider, SandboxSpec, SandboxStatus
+from nemo_gym.sandbox.types import SandboxEndpoint, SandboxExecResult, SandboxHandle, SandboxProvider, SandboxSpec, SandboxStatus
 
 DEFAULT_EXEC_TIMEOUT_S = 180
 
 
 class AsyncSandbox:
-    """``AsyncSandbox(provider, spec)``: ``provider`` a provider or a one-key provider config. Usable once: after ``stop`` it is done."""
+    """``AsyncSandbox(provider, spec)``: ``provider`` a provider or a one-key provider config. Usable once: after ``stop`` it is done.
+    ``async with AsyncSandbox(...) as sandbox: await sandbox.start()``, as upstream's: entering does not start it."""
 
     def __init__(self, provider: Mapping[str, Any] | SandboxProvider, spec: SandboxSpec | None = None) -> None:
         self._provider = create_provider(provider) if isinstance(provider, Mapping) else provider
@@ -69,6 +73,22 @@ class AsyncSandbox:
             return SandboxStatus.STOPPED if self._done else SandboxStatus.UNKNOWN
         return await self._provider.status(self._handle)
 
+    async def endpoint(self, port: int) -> SandboxEndpoint:
+        """The route to ``port`` (one the spec's ``ports`` declares) from the provider's ``endpoint``;
+        NotImplementedError for a provider that routes no ports (``local``)."""
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ValueError(f"a sandbox endpoint port must be a whole number between 1 and 65535, got {port!r}")
+        declared = self._spec.ports if self._spec is not None else ()
+        if port not in declared:
+            raise ValueError(f"port {port} is not declared in SandboxSpec.ports {list(declared)!r}")
+        route = getattr(self._provider, "endpoint", None)
+        if route is None:
+            raise NotImplementedError(f"the {getattr(self._provider, 'name', type(self._provider).__name__)!r} sandbox provider routes no ports")
+        resolved = await route(self._running(), port)
+        if not isinstance(resolved, SandboxEndpoint):
+            raise TypeError(f"a provider's endpoint() must return a SandboxEndpoint, got {type(resolved).__name__}")
+        return resolved
+
     async def stop(self) -> None:
         if self._done:
             return
@@ -81,7 +101,77 @@ class AsyncSandbox:
             await self._provider.aclose()
 
     async def __aenter__(self) -> "AsyncSandbox":
-        return await self.start()
+        """As upstream's: the block stops the sandbox on leaving; ``start()`` inside it starts it."""
+        return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
         await self.stop()
+
+
+class Sandbox:
+    """``Sandbox(provider, spec)``: ``AsyncSandbox``'s operations as blocking calls, run on an event loop of
+    its own (a daemon thread, ended by ``stop``). Not callable from inside that loop."""
+
+    def __init__(self, provider: Mapping[str, Any] | SandboxProvider, spec: SandboxSpec | None = None) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="nemo-gym-sandbox", daemon=True)
+        self._thread.start()
+        self._closed = False
+        try:
+            self._sandbox = self._run(self._build(provider, spec))
+        except BaseException:
+            self._close_loop()
+            raise
+
+    @staticmethod
+    async def _build(provider: Mapping[str, Any] | SandboxProvider, spec: SandboxSpec | None) -> AsyncSandbox:
+        return AsyncSandbox(provider, spec)
+
+    def _run(self, awaitable: Any) -> Any:
+        if threading.current_thread() is self._thread:
+            awaitable.close()
+            raise RuntimeError("a Sandbox cannot be called from inside its own event loop; use AsyncSandbox there")
+        return asyncio.run_coroutine_threadsafe(awaitable, self._loop).result()
+
+    def _close_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def start(self, spec: SandboxSpec | None = None) -> "Sandbox":
+        self._run(self._sandbox.start(spec))
+        return self
+
+    def exec(
+        self, command: str, *, cwd: str | None = None, env: dict[str, str] | None = None,
+        timeout_s: int | float | None = DEFAULT_EXEC_TIMEOUT_S, user: str | int | None = None,
+    ) -> SandboxExecResult:  # fmt: skip
+        return self._run(self._sandbox.exec(command, cwd=cwd, env=env, timeout_s=timeout_s, user=user))
+
+    def upload(self, local_path: Path | str, remote_path: str) -> None:
+        self._run(self._sandbox.upload(local_path, remote_path))
+
+    def download(self, remote_path: str, local_path: Path | str) -> None:
+        self._run(self._sandbox.download(remote_path, local_path))
+
+    def status(self) -> SandboxStatus:
+        return SandboxStatus.STOPPED if self._closed else self._run(self._sandbox.status())
+
+    def endpoint(self, port: int) -> SandboxEndpoint:
+        return self._run(self._sandbox.endpoint(port))
+
+    def stop(self) -> None:
+        """Stop the sandbox and end the loop; again, nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self._sandbox.stop())
+        finally:
+            self._close_loop()
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 
 class SandboxStatus(str, Enum):
@@ -56,6 +57,24 @@ class SandboxSpec:
         if not isinstance(self.resources, SandboxResources):
             self.resources = SandboxResources.from_mapping(self.resources)
         self.ports = tuple(self.ports)
+
+
+@dataclass(frozen=True)
+class SandboxEndpoint:
+    """A route to a service inside a sandbox: an absolute URL and the headers a request there must carry."""
+
+    endpoint: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        endpoint = self.endpoint.strip() if isinstance(self.endpoint, str) else ""
+        parts = urlsplit(endpoint)
+        if not parts.scheme or not parts.netloc:
+            raise ValueError(f"a sandbox endpoint must be an absolute URL, got {self.endpoint!r}")
+        if not isinstance(self.headers, Mapping):
+            raise TypeError(f"a sandbox endpoint's headers must be a mapping, got {type(self.headers).__name__}")
+        object.__setattr__(self, "endpoint", endpoint)
+        object.__setattr__(self, "headers", {str(key): str(value) for key, value in self.headers.items()})
 
 
 @dataclass(frozen=True)

@@ -312,3 +312,23 @@ def test_a_response_whose_output_carries_the_conversations_given_messages_valida
     response = new_response(output=[given, {"role": "system", "content": "be brief", "type": "message"}, said])
     assert [type(item) for item in response.output] == [NeMoGymEasyInputMessage, NeMoGymEasyInputMessage, NeMoGymResponseOutputMessage]
     assert NeMoGymResponse.model_validate(response.model_dump()).output[0] == given
+
+
+def test_messages_dump_as_upstreams_without_the_sdks_unset_phase():
+    from nemo_gym.openai_utils import NeMoGymEasyInputMessage, NeMoGymResponseOutputMessage, NeMoGymResponseOutputText
+
+    assert NeMoGymEasyInputMessage(role="user", content="Hello").model_dump(mode="json") == {"content": "Hello", "role": "user", "type": "message"}
+    output = NeMoGymResponseOutputMessage(id="m", content=[NeMoGymResponseOutputText(text="hi")], status="completed")
+    assert "phase" not in output.model_dump() and "phase" not in output.model_dump_json()
+    kept = NeMoGymEasyInputMessage.model_validate({"role": "assistant", "content": "x", "phase": "final_answer"})
+    assert kept.model_dump()["phase"] == "final_answer"
+
+
+def test_an_output_message_with_bare_string_content_validates_as_upstreams_easy_message():
+    from nemo_gym.openai_utils import NeMoGymEasyInputMessage, NeMoGymResponse
+
+    response = NeMoGymResponse(
+        id="resp_test", created_at=0.0, model="dummy", object="response", parallel_tool_calls=True, tool_choice="auto", tools=[],
+        output=[{"id": "msg_1", "type": "message", "role": "assistant", "content": "((3))"}],
+    )
+    assert isinstance(response.output[0], NeMoGymEasyInputMessage) and response.output[0].content == "((3))"

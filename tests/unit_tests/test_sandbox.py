@@ -21,7 +21,8 @@ from nemo_gym.sandbox import (
 @pytest.mark.anyio
 async def test_a_local_sandbox_writes_the_specs_files_then_runs_commands_in_its_workdir_with_its_env(tmp_path):
     spec = SandboxSpec(workdir="repo", env={"GREETING": "hello"}, files={"repo/task.txt": "fix the bug\n"})
-    async with AsyncSandbox({"local": {"root": str(tmp_path)}}, spec) as sandbox:
+    async with AsyncSandbox({"local": {"root": str(tmp_path)}}) as sandbox:
+        await sandbox.start(spec)
         result = await sandbox.exec('cat task.txt; echo "$GREETING $EXTRA"; pwd', env={"EXTRA": "there"})
         assert await sandbox.status() == SandboxStatus.RUNNING
     lines = result.stdout.splitlines()
@@ -32,14 +33,16 @@ async def test_a_local_sandbox_writes_the_specs_files_then_runs_commands_in_its_
 @pytest.mark.anyio
 async def test_a_command_does_not_see_this_processs_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("NEMO_GYM_TEST_CREDENTIAL", "do-not-leak")
-    async with AsyncSandbox({"local": {"root": str(tmp_path)}}, SandboxSpec()) as sandbox:
+    async with AsyncSandbox({"local": {"root": str(tmp_path)}}) as sandbox:
+        await sandbox.start(SandboxSpec())
         result = await sandbox.exec('echo "[$NEMO_GYM_TEST_CREDENTIAL]"')
     assert result.stdout == "[]\n"
 
 
 @pytest.mark.anyio
 async def test_exit_code_and_stderr_come_back_and_a_command_past_its_timeout_is_killed(tmp_path):
-    async with AsyncSandbox({"local": {"root": str(tmp_path)}}, SandboxSpec()) as sandbox:
+    async with AsyncSandbox({"local": {"root": str(tmp_path)}}) as sandbox:
+        await sandbox.start(SandboxSpec())
         failed = await sandbox.exec("echo oops >&2; exit 3")
         slow = await sandbox.exec("sleep 30 & wait", timeout_s=0.5)
     assert (failed.return_code, failed.stderr) == (3, "oops\n")
@@ -50,7 +53,8 @@ async def test_exit_code_and_stderr_come_back_and_a_command_past_its_timeout_is_
 async def test_files_go_in_and_out_and_a_path_outside_the_sandbox_is_refused(tmp_path):
     source = tmp_path / "in.txt"
     source.write_text("payload")
-    async with AsyncSandbox({"local": {"root": str(tmp_path / "boxes")}}, SandboxSpec()) as sandbox:
+    async with AsyncSandbox({"local": {"root": str(tmp_path / "boxes")}}) as sandbox:
+        await sandbox.start(SandboxSpec())
         await sandbox.upload(source, "/data/in.txt")
         await sandbox.exec("tr a-z A-Z < data/in.txt > data/out.txt")
         await sandbox.download("data/out.txt", tmp_path / "out.txt")
@@ -95,3 +99,12 @@ def test_resources_from_a_mapping_refuse_an_unknown_key():
         SandboxSpec(resources={"cores": 2})
 
 
+
+
+@pytest.mark.anyio
+async def test_async_with_does_not_start_the_sandbox_start_inside_it_does_as_upstreams(tmp_path):
+    async with AsyncSandbox({"local": {"root": str(tmp_path)}}) as sandbox:
+        assert await sandbox.status() == SandboxStatus.UNKNOWN
+        assert await sandbox.start(SandboxSpec(files={"a.txt": "a\n"})) is sandbox
+        assert (await sandbox.exec("cat a.txt")).stdout == "a\n"
+    assert await sandbox.status() == SandboxStatus.STOPPED

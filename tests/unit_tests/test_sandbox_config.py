@@ -1,48 +1,73 @@
-"""nemo_gym.sandbox.config: an agent's ``sandbox_provider`` (a block's name, or an inline block) to a provider config."""
+"""nemo_gym.sandbox.config and nemo_gym.sandbox.utils: upstream's resolve_provider_config,
+resolve_provider_metadata (an agent's ``sandbox_provider`` as a name of a top-level block or an inline
+one-provider mapping) and rewrite_image, as upstream's agents call them."""
 
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
 
-from nemo_gym.sandbox import resolve_provider_config, resolve_provider_metadata
-from nemo_gym.sandbox.config import SANDBOX_BLOCK_DEFAULT_METADATA_KEY
+from nemo_gym.sandbox import resolve_provider_config as exported_config
+from nemo_gym.sandbox import resolve_provider_metadata as exported_metadata
+from nemo_gym.sandbox import rewrite_image as exported_rewrite
+from nemo_gym.sandbox.config import resolve_provider_config, resolve_provider_metadata
+from nemo_gym.sandbox.utils import rewrite_image
 
-NAMED = {
+GLOBAL = {
     "sandbox": {"local": {"root": "/tmp/x"}, "default_metadata": {"sandbox-api": "local"}},
-    "two": {"local": {}, "docker": {}},
-    "policy_model": {"responses_api_models": {"vllm_model": {}}},
+    "policy_model": {"responses_api_models": {"openai_model": {}}},
 }
 
 
-def test_a_name_resolves_to_its_single_provider_block_without_the_reserved_keys():
-    assert SANDBOX_BLOCK_DEFAULT_METADATA_KEY == "default_metadata"
-    assert resolve_provider_config("sandbox", NAMED) == {"local": {"root": "/tmp/x"}}
-    assert resolve_provider_config("sandbox", OmegaConf.create(NAMED)) == {"local": {"root": "/tmp/x"}}
+def test_upstream_paths_export_the_same_functions():
+    assert (exported_config, exported_metadata, exported_rewrite) == (resolve_provider_config, resolve_provider_metadata, rewrite_image)
 
 
-def test_an_inline_block_resolves_as_it_is():
-    assert resolve_provider_config({"local": {}}) == {"local": {}}
+def test_a_named_block_resolves_to_its_one_provider_without_default_metadata():
+    assert resolve_provider_config("sandbox", GLOBAL) == {"local": {"root": "/tmp/x"}}
+    assert resolve_provider_metadata("sandbox", GLOBAL) == {"sandbox-api": "local"}
 
 
-def test_a_blocks_default_metadata_is_its_own_and_empty_when_absent():
-    assert resolve_provider_metadata("sandbox", NAMED) == {"sandbox-api": "local"}
-    assert resolve_provider_metadata({"local": {}}) == {}
-    with pytest.raises(ValueError, match="default_metadata"):
-        resolve_provider_metadata({"local": {}, "default_metadata": "tag"})
+def test_an_inline_one_provider_mapping_resolves_as_it_is():
+    assert resolve_provider_config({"docker": {"image": "x"}}) == {"docker": {"image": "x"}}
+    assert resolve_provider_metadata({"docker": {"image": "x"}}) == {}
 
 
-def test_an_unknown_name_is_refused_listing_the_blocks_that_could_be_sandboxes():
-    with pytest.raises(ValueError, match=r"'nowhere' is not defined.*Available sandbox configs: 'policy_model', 'sandbox'"):
-        resolve_provider_config("nowhere", NAMED)
+def test_an_undefined_name_is_a_value_error_listing_the_blocks_that_look_like_sandboxes():
+    with pytest.raises(ValueError, match=r"'missing' is not defined.*'sandbox'"):
+        resolve_provider_config("missing", GLOBAL)
     with pytest.raises(ValueError, match="non-empty"):
-        resolve_provider_config("", NAMED)
+        resolve_provider_config("", GLOBAL)
 
 
-def test_a_block_needs_exactly_one_provider_and_a_reference_is_a_name_or_a_mapping():
+def test_a_block_with_other_than_one_provider_key_is_a_value_error():
     with pytest.raises(ValueError, match="exactly one provider key"):
-        resolve_provider_config("two", NAMED)
-    with pytest.raises(ValueError, match="must be a mapping"):
-        resolve_provider_config("flat", {"flat": "local"})
-    with pytest.raises(TypeError, match="name reference"):
+        resolve_provider_config({"local": {}, "docker": {}})
+    with pytest.raises(ValueError, match="exactly one provider key"):
+        resolve_provider_config({"default_metadata": {}})
+
+
+def test_default_metadata_that_is_not_a_mapping_is_a_value_error():
+    with pytest.raises(ValueError, match="default_metadata"):
+        resolve_provider_metadata({"local": {}, "default_metadata": ["a"]})
+
+
+def test_a_reference_that_is_neither_a_name_nor_a_mapping_is_a_type_error():
+    with pytest.raises(TypeError, match="sandbox_provider"):
         resolve_provider_config(3)
+
+
+def test_rewrite_image_applies_the_first_matching_prefix_rewrite():
+    rewrites = [{"from": "docker.io/", "to": "mirror.local/"}, {"from": "docker.io/library/", "to": "never/"}]
+    assert rewrite_image("docker.io/library/python:3.11", rewrites) == "mirror.local/library/python:3.11"
+    assert rewrite_image("ghcr.io/x:1", rewrites) == "ghcr.io/x:1"
+    assert rewrite_image(None, rewrites) is None
+
+
+def test_upstreams_providers_paths_name_the_same_types_and_registry():
+    import nemo_gym.sandbox as sandbox
+    from nemo_gym.sandbox import providers
+    from nemo_gym.sandbox.providers import base
+
+    for name in base.__all__:
+        assert getattr(base, name) is getattr(sandbox, name) is getattr(providers, name)
+    assert providers.create_provider is sandbox.create_provider

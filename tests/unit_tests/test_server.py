@@ -316,3 +316,30 @@ def test_run_webserver_outside_a_worker_serves_the_instance_as_the_launcher_woul
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+class OwnAppServer(SimpleServer):
+    """Upstream's style of gymnasium's base and mini_swe_agent_2: a FastAPI() of its own, sessions added to it."""
+
+    def setup_webserver(self) -> FastAPI:
+        app = FastAPI()
+        self.setup_session_middleware(app)
+        self.setup_session_middleware(app)
+
+        async def whoami(request: Request) -> dict:
+            return {"session_id": request.session[SESSION_ID_KEY]}
+
+        app.get("/whoami")(whoami)
+        return app
+
+
+@pytest.mark.anyio
+async def test_setup_session_middleware_gives_an_apps_own_fastapi_sessions_once_as_upstreams():
+    server = OwnAppServer.for_instance(NAME, probe_instances())
+    app = server.setup_webserver()
+    assert [layer.cls.__name__ for layer in app.user_middleware] == ["SessionCookie", "SessionIdMiddleware"]
+    async with serving(app) as url:
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as session:
+            first = await (await session.get(f"{url}/whoami")).json()
+            again = await (await session.get(f"{url}/whoami")).json()
+    assert first["session_id"] and again == first

@@ -1,0 +1,64 @@
+"""Small upstream names that upstream's servers import from existing modules: server_utils'
+get_global_aiohttp_client / is_global_aiohttp_client_request_debug_enabled (remote_agent),
+global_config.find_open_port (local_vllm_model), config_types.OmegaConf (swe_agents)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import aiohttp
+import pytest
+
+from nemo_gym import global_config, server_utils
+
+
+@pytest.mark.anyio
+async def test_get_global_aiohttp_client_is_the_one_pooled_session_request_uses():
+    client = server_utils.get_global_aiohttp_client()
+    assert isinstance(client, aiohttp.ClientSession) and not client.closed
+    assert server_utils.get_global_aiohttp_client() is client
+    await client.close()
+
+
+def test_request_debug_is_off_unless_the_config_turns_it_on(tmp_path, monkeypatch):
+    global_config.get_global_config_dict.cache_clear()
+    monkeypatch.delenv(global_config.CONFIG_PATH_ENV, raising=False)
+    assert server_utils.is_global_aiohttp_client_request_debug_enabled() is False
+    (tmp_path / "config.json").write_text(json.dumps({"global_aiohttp_client_request_debug": True}))
+    monkeypatch.setenv(global_config.CONFIG_PATH_ENV, str(tmp_path / "config.json"))
+    global_config.get_global_config_dict.cache_clear()
+    assert server_utils.is_global_aiohttp_client_request_debug_enabled() is True
+    global_config.get_global_config_dict.cache_clear()
+
+
+def test_find_open_port_gives_a_port_that_can_be_bound_and_is_not_disallowed(monkeypatch):
+    monkeypatch.delenv(global_config.CONFIG_PATH_ENV, raising=False)
+    taken = global_config.find_open_port()
+    port = global_config.find_open_port(disallowed_ports=[taken])
+    assert port != taken
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+
+
+def test_find_open_port_keeps_to_the_configs_port_range(tmp_path, monkeypatch):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        low = sock.getsockname()[1]
+    (tmp_path / "config.json").write_text(json.dumps({"port_range_low": low, "port_range_high": low}))
+    monkeypatch.setenv(global_config.CONFIG_PATH_ENV, str(tmp_path / "config.json"))
+    global_config.get_global_config_dict.cache_clear()
+    try:
+        assert global_config.find_open_port() == low
+        with pytest.raises(RuntimeError, match="disallowed"):
+            global_config.find_open_port(disallowed_ports=[low], max_retries=3)
+    finally:
+        global_config.get_global_config_dict.cache_clear()
+
+
+def test_config_types_has_omegaconf_as_upstreams_does():
+    from omegaconf import OmegaConf
+
+    from nemo_gym.config_types import OmegaConf as exported
+
+    assert exported is OmegaConf
