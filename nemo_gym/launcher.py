@@ -17,8 +17,8 @@ from pathlib import Path
 
 from nemo_gym.config import REPO_ROOT, Instance, merge
 from nemo_gym.head import HEAD_PORT_ENV
-from nemo_gym.routing.liveness import life_sockets, live_workers
-from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
+from nemo_gym.routing.transport.unix import life_sockets, live_workers, make_socket_dir, remove_socket_dir
+from nemo_gym.routing.worker import SOCKET_DIR_ENV
 from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV, WORKER_LOG_DIR_ENV
 from nemo_gym.server_paths import EXTRA_ROOTS_ENV
 

@@ -22,7 +22,8 @@ from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.store import SessionStore, StoreError, store_path
 from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV, WORKER_LOG_DIR_ENV
 from nemo_gym.input_limits import InputLimits
-from nemo_gym.routing.worker import SOCKET_DIR_ENV, make_socket_dir, remove_socket_dir
+from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir
+from nemo_gym.routing.worker import SOCKET_DIR_ENV
 from nemo_gym.server import SimpleServer, find_server_class
 from nemo_gym.server_paths import import_server_module
 from nemo_gym.server_utils import ENTRYPOINT_ENV, NUM_WORKERS_ENV, WORKER_ENV

@@ -54,8 +54,8 @@ from nemo_gym.global_config import CONFIG_PATH_ENV, INSTANCE_ENV
 from nemo_gym.launcher import Launcher
 from nemo_gym.openai_utils import new_response
 from nemo_gym.owner_pool import OwnerPool
-from nemo_gym.routing.liveness import life_sockets
-from nemo_gym.routing.worker import OWNER_KEY, SOCKET_DIR_ENV, WORKER_HEADER, make_socket_dir, remove_socket_dir, socket_address
+from nemo_gym.routing.transport.unix import life_sockets, make_socket_dir, remove_socket_dir, socket_address
+from nemo_gym.routing.worker import OWNER_KEY, SOCKET_DIR_ENV, WORKER_HEADER
 
 COUNTER = "example_session_state_mgmt"
 COUNTER_MODULE = f"resources_servers.{COUNTER}.app"

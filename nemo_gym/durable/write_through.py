@@ -9,7 +9,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.store import StoreUnavailable
-from nemo_gym.routing.forwarder import RETRY_AFTER_SECONDS
+from nemo_gym.routing.lost import RETRY_AFTER_SECONDS
 from nemo_gym.routing.owner import MCP_PATH, TOKEN_HEADER_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.session_token import read_token

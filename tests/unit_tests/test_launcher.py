@@ -14,8 +14,7 @@ import pytest
 
 from nemo_gym import config as gym_config
 from nemo_gym.launcher import START_TIMEOUT_PER_WORKER_SECONDS, START_TIMEOUT_SECONDS, LaunchError, Launcher
-from nemo_gym.routing.liveness import life_sockets, live_workers
-from nemo_gym.routing.worker import socket_address
+from nemo_gym.routing.transport.unix import life_sockets, live_workers, socket_address
 from nemo_gym.server_paths import search_roots
 
 COUNTER = {"counter": {"resources_servers": {"example_session_state_mgmt": {}}}}

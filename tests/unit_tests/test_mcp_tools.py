@@ -27,7 +27,8 @@ from nemo_gym.base_resources_server import SimpleResourcesServer
 from nemo_gym.client import ServerClient
 from nemo_gym.mcp_tools import McpToolRouteError
 from nemo_gym.openai_utils import new_response
-from nemo_gym.routing.worker import OWNER_KEY, is_worker_id, make_socket_dir, remove_socket_dir
+from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir
+from nemo_gym.routing.worker import OWNER_KEY, is_worker_id
 from nemo_gym.session_token import TOKEN_HEADER, read_token, token_serializer
 from resources_servers.example_session_state_mgmt.app import CounterServer
 from tests.unit_tests import in_process_server
