@@ -11,9 +11,12 @@ import tempfile
 import uuid
 
 import pytest
+from starlette.responses import JSONResponse
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.routing.cancel_on_disconnect import CancelOnDisconnect
+from nemo_gym.routing.lost import Decision, ForwardTo, Reply, ServeHere
+from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.transport.unix import socket_address
 from nemo_gym.routing.worker import OWNER_KEY
 from tests.unit_tests.routing_workers import Caller, Worker, new_session, owner_of, session_of, set_cookies, signed_session
@@ -152,3 +155,79 @@ async def test_nothing_in_the_routing_grows_with_sessions_served(pair):
     assert list(b.server.transport.pools) == [a.server.worker_id]
     assert len(b.server.transport.pools[a.server.worker_id].idle) == 1  # one request at a time: one connection
     assert a.server.transport.pools == {}
+
+
+class AnsweringPolicy:
+    """A lost-session policy that answers what the test says, and notes what it was asked."""
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+        self.asked: list[tuple[str, str, dict]] = []
+
+    async def owner_gone(self, owner: str, session: dict) -> Decision:
+        self.asked.append(("gone", owner, session))
+        return self.decision
+
+    async def owner_died(self, owner: str, session: dict) -> Reply:
+        self.asked.append(("died", owner, session))
+        return self.decision
+
+
+def router_of(worker: Worker) -> SessionRouter:
+    return worker.app.app  # inside the body limit
+
+
+async def session_of_a_dead_owner(caller: Caller, a: Worker) -> tuple[dict[str, str], str]:
+    cookies = await new_session(caller, a)
+    session_id = session_of(a.server.secret, cookies[a.server.session_cookie])[SESSION_ID_KEY]
+    await a.stop()
+    return cookies, session_id
+
+
+async def test_for_a_dead_owner_the_router_asks_the_policy_with_the_session_it_read_and_serves_here_with_the_body_given_again(pair):
+    a, b, caller = pair
+    cookies, session_id = await session_of_a_dead_owner(caller, a)
+    policy = router_of(b).lost = AnsweringPolicy(ServeHere())
+    body = await (await caller.post(b, "/echo/x", cookies, data="kept")).json()
+    assert (body["worker"], body["body"], body["session_id"]) == (b.server.worker_id, "kept", session_id)
+    [(death, owner, session)] = policy.asked
+    assert (death, owner, session[SESSION_ID_KEY], session[OWNER_KEY]) == ("gone", a.server.worker_id, session_id, a.server.worker_id)
+
+
+async def test_for_a_dead_owner_the_router_forwards_where_the_policy_says(pair):
+    a, b, caller = pair
+    cookies, session_id = await session_of_a_dead_owner(caller, a)
+    c = await Worker(b.server.name, 2, b.server.transport.socket_dir).start()
+    try:
+        router_of(b).lost = AnsweringPolicy(ForwardTo(c.server.worker_id))
+        body = await (await caller.post(b, "/echo/x", cookies, data="kept")).json()
+        assert (body["worker"], body["body"], body["session_id"]) == (c.server.worker_id, "kept", session_id)
+    finally:
+        await c.stop()
+
+
+async def test_for_a_dead_owner_the_router_sends_the_policys_reply_with_the_sessions_cookie(pair):
+    a, b, caller = pair
+    cookies, _ = await session_of_a_dead_owner(caller, a)
+    router_of(b).lost = AnsweringPolicy(Reply(JSONResponse(status_code=418, content={"detail": "the policy's own"})))
+    response = await caller.post(b, "/increment", cookies)
+    assert (response.status, await response.json()) == (418, {"detail": "the policy's own"})
+    [cookie] = set_cookies(response)
+    assert cookie.startswith(f"{b.server.session_cookie}={cookies[b.server.session_cookie]};")
+
+
+async def test_a_dead_owners_request_has_its_cookie_read_once(pair, monkeypatch):
+    a, b, caller = pair
+    cookies, _ = await session_of_a_dead_owner(caller, a)
+    router = router_of(b)
+    router.lost = AnsweringPolicy(ServeHere())
+    reads = []
+    read = router.owners.session
+
+    async def counted(scope):
+        reads.append(scope)
+        return await read(scope)
+
+    monkeypatch.setattr(router.owners, "session", counted)
+    assert (await caller.post(b, "/echo/x", cookies)).status == 200
+    assert len(reads) == 1
