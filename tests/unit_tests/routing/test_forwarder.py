@@ -1,4 +1,6 @@
-"""The forwarder and an owner that ends a connection under a request: what is sent again, what gets 502.
+"""The forwarder: a request reaches its owner unchanged and the reply comes back streamed; a live owner
+that takes no connection is waited for (then 503), a dead one never; and when an owner ends a
+connection under a request, what is sent again and what gets 502.
 
 Two in-process workers of one server (``two_workers``), or one worker and an owner played by the test
 on a real Unix socket in the workers' socket directory (``PlayedOwner``), holding a real life name.
