@@ -72,7 +72,7 @@ class SimpleServer(BaseModel):
 
     # This worker's ID, stamped into the sessions it creates; None when nothing is routed.
     _worker_id: str | None = PrivateAttr(None)
-    # How this worker reaches its siblings and is alive to them; None for a server of one worker.
+    # How this worker reaches its siblings and is alive to them; None for one worker (or no socket directory).
     _transport: Transport | None = PrivateAttr(None)
     _forwarder: Forwarder | None = PrivateAttr(None)
     _placement: Placement | None = PrivateAttr(None)

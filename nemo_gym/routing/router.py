@@ -15,10 +15,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from nemo_gym.routing.exchange import replaying
 from nemo_gym.routing.forwarder import Forwarder, OwnerBusy, OwnerDied, OwnerGone
 from nemo_gym.routing.lost import Decision, ForwardTo, LostSessionPolicy, Reply, ServeHere, retry_later
-from nemo_gym.routing.owner import AmbiguousSession, OwnerReader
+from nemo_gym.routing.owner import AmbiguousSession, OwnerReader, owner_of
 from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.transport.private_server import CLIENT_HEADER
-from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER, is_worker_id
+from nemo_gym.routing.worker import WORKER_HEADER, is_worker_id
 
 WORKER_HEADER_KEY = WORKER_HEADER.lower().encode()
 
@@ -48,7 +48,7 @@ class SessionRouter:
         except AmbiguousSession as error:
             await JSONResponse(status_code=400, content={"detail": error.detail})(scope, receive, send)
             return
-        owner = None if session is None else session.get(OWNER_KEY)
+        owner = owner_of(session)
         if owner is None:
             await self.start_session(scope, receive, send)
         elif owner == self.worker_id:
