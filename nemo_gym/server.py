@@ -34,12 +34,12 @@ from nemo_gym.middleware.errors import ServerErrorsAsJson, server_error
 from nemo_gym.middleware.input_limits import InputLimits
 from nemo_gym.middleware.strict_json import StrictJSONRoute
 from nemo_gym.routing.forwarder import Forwarder
-from nemo_gym.routing.liveness import LifeName
+from nemo_gym.routing.lost import LostWithOwner
 from nemo_gym.routing.owner import OwnerReader
 from nemo_gym.routing.placement import Placement
-from nemo_gym.routing.private_server import PrivateServer
 from nemo_gym.routing.router import SessionRouter
-from nemo_gym.routing.worker import new_worker_id, socket_address
+from nemo_gym.routing.transport import Transport, transport_class
+from nemo_gym.routing.worker import new_worker_id
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.sessions.cookie import SessionCookie, SessionIdMiddleware, session_cookie_name
 from nemo_gym.sessions.secret import session_secret
@@ -74,8 +74,8 @@ class SimpleServer(BaseModel):
 
     # This worker's ID, stamped into the sessions it creates; None when nothing is routed.
     _worker_id: str | None = PrivateAttr(None)
-    # Names each worker's life name and (routed) private socket, and holds the placement counters.
-    _socket_dir: str | None = PrivateAttr(None)
+    # How this worker reaches its siblings and is alive to them; None for one worker (or no socket directory).
+    _transport: Transport | None = PrivateAttr(None)
     _forwarder: Forwarder | None = PrivateAttr(None)
     _placement: Placement | None = PrivateAttr(None)
     _durable: DurableSessions | None = PrivateAttr(None)
@@ -134,8 +134,8 @@ class SimpleServer(BaseModel):
         return self._worker_id
 
     @property
-    def socket_dir(self) -> str | None:
-        return self._socket_dir
+    def transport(self) -> Transport | None:
+        return self._transport
 
     @property
     def forwarder(self) -> Forwarder | None:
@@ -201,20 +201,24 @@ class SimpleServer(BaseModel):
     def build_app(self, socket_dir: str | None = None) -> ASGIApp:
         """The app uvicorn serves: the body limit, then (with routing) the session router, then the app.
 
-        ``socket_dir`` names the workers' private sockets and life names, and holds their placement
-        counters (default: the launcher's, from the environment).
+        ``socket_dir`` is the directory of this host that the server's workers share (default: the
+        launcher's, from the environment): the transport is built with it, and it holds the placement
+        counters.
         """
         # A body model that builds its validator on first use (the Responses types: defer_build) builds it
         # outside FastAPI's own silencing of pydantic's warning about the field info FastAPI wraps it in.
         warnings.filterwarnings("ignore", message=FIELD_INFO_WARNING)
         if self.is_routed(self.config):
             self._worker_id = new_worker_id()
-            self._socket_dir = socket_dir or os.environ[SOCKET_DIR_ENV]
-            self._forwarder = Forwarder(self._socket_dir)
-            self._placement = Placement(self._socket_dir, self._worker_id, self.config.num_workers, balance=self.config.place_sessions)
-        elif self.config.num_workers > 1:
-            # Unrouted workers too tell the launcher, by their life name, that they serve.
-            self._socket_dir = socket_dir or os.environ.get(SOCKET_DIR_ENV) or None
+            socket_dir = socket_dir or os.environ[SOCKET_DIR_ENV]
+            self._transport = transport_class()(socket_dir)
+            self._forwarder = Forwarder(self._transport)
+            self._placement = Placement(
+                socket_dir, self._worker_id, self.config.num_workers, self._transport.is_alive, balance=self.config.place_sessions
+            )
+        elif self.config.num_workers > 1 and (socket_dir := socket_dir or os.environ.get(SOCKET_DIR_ENV)):
+            # Unrouted workers too tell the launcher, through the transport, that they serve.
+            self._transport = transport_class()(socket_dir)
         app = self.setup_webserver()
         states = self.session_states() if self._worker_id is not None and self.config.durable_sessions else None
         durable = self._durable = None if states is None else DurableSessions(open_store(self.config.session_store, self.name), states, self._worker_id)
@@ -228,9 +232,8 @@ class SimpleServer(BaseModel):
         if self._worker_id is None:
             return BodyLimit(local, self.config.max_body_bytes)
         owners = OwnerReader(self.session_options, token_serializer(self.secret))
-        if durable is not None:
-            self._forwarder.adopter = Adopter(local, durable, owners, self._forwarder)
-        router = SessionRouter(local, self._worker_id, owners, self._forwarder, self._placement)
+        lost = LostWithOwner() if durable is None else Adopter(durable, self._transport.is_alive)
+        router = SessionRouter(local, self._worker_id, owners, self._forwarder, self._placement, lost)
         return BodyLimit(router, self.config.max_body_bytes)
 
     @contextlib.asynccontextmanager
@@ -243,19 +246,13 @@ class SimpleServer(BaseModel):
         gc.freeze()
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(self.server_client.close)
-            if self._socket_dir is None:
+            if self._transport is None:
                 yield
                 return
-            life = LifeName(self._socket_dir, self._worker_id or new_worker_id())
-            stack.callback(life.release)
-            if self._worker_id is not None:
-                # Other workers reach this one's sessions only once its own start-up is done.
-                private = PrivateServer(app, socket_address(self._socket_dir, self._worker_id), InputLimits.of(self.config))
-                stack.push_async_callback(self._forwarder.close)
-                await private.start()
-                stack.push_async_callback(private.stop)
-            # Held from now until the private socket is gone: while it is, this worker is alive.
-            life.hold()
+            # Other workers reach this one's sessions only once its own start-up is done.
+            siblings_app = app if self._worker_id is not None else None
+            await stack.enter_async_context(self._transport.serving(self._worker_id or new_worker_id(), siblings_app, InputLimits.of(self.config)))
+            stack.push_async_callback(self._transport.close)
             if self._placement is not None:
                 # Published once alive, so that a counter whose worker's name is free is a dead worker's.
                 self._placement.open()

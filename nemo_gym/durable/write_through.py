@@ -9,11 +9,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.store import StoreUnavailable
-from nemo_gym.routing.forwarder import RETRY_AFTER_SECONDS
+from nemo_gym.routing.lost import RETRY_AFTER_SECONDS
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
-from nemo_gym.sessions.token import TOKEN_HEADER_KEY, is_mcp_path
-from nemo_gym.sessions.token import read_token
+from nemo_gym.sessions.token import TOKEN_HEADER_KEY, is_mcp_path, read_token
 
 
 def store_unavailable(error: StoreUnavailable) -> JSONResponse:

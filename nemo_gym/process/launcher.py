@@ -17,8 +17,7 @@ from pathlib import Path
 
 from nemo_gym.config import REPO_ROOT, Instance, config_of, merge
 from nemo_gym.env import CONFIG_PATH_ENV, DEFAULT_HOST, EXTRA_ROOTS_ENV, HEAD_PORT_ENV, INSTANCE_ENV, SERVER_PROCESS_MODULE, SOCKET_DIR_ENV, WORKER_LOG_DIR_ENV
-from nemo_gym.routing.liveness import life_sockets, live_workers
-from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
+from nemo_gym.routing.transport.unix import life_sockets, live_workers, make_socket_dir, remove_socket_dir
 
 STOP_GRACE_SECONDS = 15
 # How long a start may take before it fails, unless set (``--start-timeout``): this, plus the second

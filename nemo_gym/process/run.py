@@ -35,7 +35,7 @@ from nemo_gym.env import (
 )
 from nemo_gym.middleware.input_limits import InputLimits
 from nemo_gym.process.discovery import find_server_class
-from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
+from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir
 from nemo_gym.server import SimpleServer
 from nemo_gym.sessions.secret import SecretError, session_secret
 

@@ -1,8 +1,20 @@
 """Session routing: every request of a session reaches the uvicorn worker that holds its state.
 
-- ``worker``: who this worker is, and where each worker's private socket lives.
-- ``owner``: reading the owner worker out of a signed session cookie or MCP session token.
-- ``private_server``: this worker's app served again on its own Unix socket.
-- ``forwarder``: sending a request to the owner's socket and streaming the reply back.
-- ``router``: the ASGI middleware that decides, per request, local or forward (or 410).
+A request crosses these modules top to bottom, and none of them imports ``nemo_gym.durable``:
+
+- ``router``: the ASGI middleware that decides, per request: serve here, start the session where
+  ``placement`` says, forward to the owner, or refuse (400); and, when the owner cannot be reached,
+  answers for a busy one (503) and does what the lost-session policy says for a dead one.
+- ``owner``: reading the owner worker out of a signed session cookie or MCP session token, once.
+- ``worker``: who this worker is (its random ID) and the names every worker's sessions carry.
+- ``placement``: where a new session starts (the worker that has started the fewest).
+- ``forwarder``: sending a request to its owner through the transport; it raises what went wrong.
+- ``exchange``: one forwarded request: the body streamed up, the reply streamed back as ASGI messages.
+- ``lost``: the ``LostSessionPolicy`` seam (serve here, forward to another owner, or reply), and the
+  in-memory policy: a dead owner's session is lost (410). ``nemo_gym.durable.adoption`` is the other.
+- ``transport``: the ``Transport`` seam (connect to an owner, is it alive, forget it, serve the
+  siblings), and today's implementation, private Unix sockets with abstract names (``transport.unix``).
+- ``cancel_on_disconnect``: a handler whose caller leaves is cancelled.
+
+The server picks the transport and the policy where it builds its app (``nemo_gym.server``).
 """

@@ -43,6 +43,11 @@ async def _reply_start(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": []})
 
 
+def owner_of(session: dict | None) -> object | None:
+    """The owner a session names (as ``named_session`` read it); None for none."""
+    return None if session is None else session.get(OWNER_KEY)
+
+
 class OwnerReader:
     """Finds the owner a request names, reading the session the way the app behind the router will.
 
@@ -60,8 +65,7 @@ class OwnerReader:
 
     async def owner(self, scope: Scope) -> object | None:
         """The owner the request names; raises ``AmbiguousSession`` if it names two sessions."""
-        named = await self.named_session(scope)
-        return None if named is None else named.get(OWNER_KEY)
+        return owner_of(await self.named_session(scope))
 
     async def named_session(self, scope: Scope) -> dict | None:
         """The session the request names: its token's payload or its cookie's session; None if neither.

@@ -2,7 +2,8 @@
 
 The kernel spreads connections over a server's workers unevenly, and a session lives where its first
 request is served, so without help some workers hold several times the sessions of others. Each worker
-has an 8-byte counter of the sessions started on it, in a file of its own beside the others, that
+has an 8-byte counter of the sessions started on it, in a file of its own beside the others (in the
+directory the server's workers share on this host, the one the transport is built with), that
 every sibling keeps open and reads with ``pread`` (a mapping would fault, SIGBUS, once someone
 truncated the file). The worker that decides adds one to the chosen worker's counter at once (under
 that file's lock), so a burst of new sessions arriving together spreads out instead of all going to
@@ -23,8 +24,8 @@ import os
 import stat
 import struct
 import time
+from collections.abc import Callable
 
-from nemo_gym.routing.liveness import is_alive
 from nemo_gym.routing.worker import is_worker_id
 
 logger = logging.getLogger(__name__)
@@ -40,8 +41,8 @@ SLACK = 2
 REFRESH_SECONDS = 1.0
 
 
-def count_path(socket_dir: str, worker_id: str) -> str:
-    return os.path.join(socket_dir, worker_id + COUNT_SUFFIX)
+def count_path(directory: str, worker_id: str) -> str:
+    return os.path.join(directory, worker_id + COUNT_SUFFIX)
 
 
 def count_value(data: bytes) -> int | None:
@@ -110,11 +111,16 @@ class SessionCount:
 
 
 class Placement:
-    """This worker's session counter and its siblings', and the choice of where a new session starts."""
+    """This worker's session counter and its siblings', and the choice of where a new session starts.
 
-    def __init__(self, socket_dir: str, worker_id: str, num_workers: int, balance: bool = True) -> None:
-        self.socket_dir = socket_dir
+    The counters are files in ``directory``; ``is_alive`` is the transport's (``Transport.is_alive``):
+    a counter whose worker is dead is closed.
+    """
+
+    def __init__(self, directory: str, worker_id: str, num_workers: int, is_alive: Callable[[str], bool], balance: bool = True) -> None:
+        self.directory = directory
         self.worker_id = worker_id
+        self.is_alive = is_alive
         self.num_workers = num_workers
         # Off, every new session starts where it arrives.
         self.balance = balance
@@ -125,9 +131,9 @@ class Placement:
     def open(self) -> None:
         """Publish this worker's counter, starting level with the least-loaded sibling (a replacement
         worker that started at 0 would otherwise take every new session until it caught up). A worker
-        that cannot (its socket directory removed) places nothing: its new sessions start where they arrive."""
+        that cannot (its directory removed) places nothing: its new sessions start where they arrive."""
         self.refresh()
-        path = count_path(self.socket_dir, self.worker_id)
+        path = count_path(self.directory, self.worker_id)
         try:
             self.own = SessionCount(path, initial=self.level())
         except OSError as error:
@@ -141,7 +147,7 @@ class Placement:
             self.own.close()
             self.own = None
             with contextlib.suppress(OSError):  # gone, or something else in its place
-                os.unlink(count_path(self.socket_dir, self.worker_id))
+                os.unlink(count_path(self.directory, self.worker_id))
 
     def counts(self) -> dict[str, int]:
         """The siblings' counts, those that hold one."""
@@ -181,7 +187,7 @@ class Placement:
         count = self.siblings.get(worker_id)
         if count is not None:
             count.add(-1)
-        if not is_alive(self.socket_dir, worker_id):
+        if not self.is_alive(worker_id):
             self.forget(worker_id)
         self.own.add(1)
 
@@ -194,11 +200,11 @@ class Placement:
         """Open the counters of siblings that started, and close those of siblings that died. A live
         sibling's counter stays open even if its file is deleted (by a cleaner of /tmp)."""
         self.refreshed = time.monotonic()
-        for path in glob.glob(os.path.join(glob.escape(self.socket_dir), "*" + COUNT_SUFFIX)):
+        for path in glob.glob(os.path.join(glob.escape(self.directory), "*" + COUNT_SUFFIX)):
             worker = os.path.basename(path)[: -len(COUNT_SUFFIX)]
-            if worker != self.worker_id and is_worker_id(worker) and worker not in self.siblings and is_alive(self.socket_dir, worker):
+            if worker != self.worker_id and is_worker_id(worker) and worker not in self.siblings and self.is_alive(worker):
                 with contextlib.suppress(OSError):
                     self.siblings[worker] = SessionCount(path)
         for worker in list(self.siblings):
-            if not is_alive(self.socket_dir, worker):
+            if not self.is_alive(worker):
                 self.forget(worker)

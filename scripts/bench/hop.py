@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 
 from nemo_gym import config as gym_config
-from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir, socket_address
+from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir, socket_address
 from scripts.bench.client import EpisodeClient
 from scripts.bench.figures import fmt, log, median, percentile, ratio, render_table
 from scripts.bench.proc import cpu_times

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 from nemo_gym.config import REPO_ROOT
-from nemo_gym.routing.liveness import live_workers
+from nemo_gym.routing.transport.unix import live_workers
 from scripts.bench.proc import child_pids, cpu_seconds, private_socket
 
 STOP_GRACE_SECONDS = 15

@@ -20,7 +20,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.env import CONFIG_PATH_ENV, INSTANCE_ENV, SOCKET_DIR_ENV, STATE_DIR_ENV
 from nemo_gym.process.launcher import default_start_timeout
-from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
+from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir
 from scripts.bench.processes import Spawned
 from tests.session_cookies import cookie_owner
 

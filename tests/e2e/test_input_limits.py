@@ -16,7 +16,8 @@ import requests
 from nemo_gym.client.reading import cookie_header
 from nemo_gym.middleware.input_limits import DEFAULT_MAX_HEADER_BYTES
 from nemo_gym.process.launcher import Launcher
-from nemo_gym.routing.worker import WORKER_HEADER, socket_address
+from nemo_gym.routing.worker import WORKER_HEADER
+from nemo_gym.routing.transport.unix import socket_address
 from tests.e2e.test_every_server_kind import rss_kb, serving_processes
 
 LIMIT = DEFAULT_MAX_HEADER_BYTES

@@ -12,7 +12,7 @@ from typing import Any
 
 from nemo_gym import config as gym_config
 from nemo_gym.env import CONFIG_PATH_ENV, INSTANCE_ENV, SOCKET_DIR_ENV, WORKER_ENV
-from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
+from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir
 
 REPO = Path(__file__).resolve().parents[2]
 IMPORT_TIMEOUT_SECONDS = 120

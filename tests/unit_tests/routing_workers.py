@@ -8,7 +8,7 @@ import contextlib
 import os
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, ClassVar
 
 import aiohttp
@@ -165,3 +165,21 @@ class Caller:
 
 def set_cookies(response: aiohttp.ClientResponse) -> list[str]:
     return response.headers.getall("Set-Cookie", [])
+
+
+async def new_session(caller: Caller, worker: Worker) -> dict[str, str]:
+    """A session started on ``worker``: its cookies."""
+    response = await caller.post(worker, "/increment")
+    assert response.status == 200
+    return {key: morsel.value for key, morsel in response.cookies.items()}
+
+
+@contextlib.contextmanager
+def unreachable(forwarding: Worker, owner: Worker) -> Iterator[None]:
+    """The owner's socket takes none of ``forwarding``'s new connections (as when its backlog is full)."""
+    pool = forwarding.server.transport.pool_for(owner.server.worker_id)
+    address, pool.address = pool.address, "\0nemo_gym-test-nobody-listens-here"
+    try:
+        yield
+    finally:
+        pool.address = address

@@ -16,8 +16,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.config.paths import search_roots
 from nemo_gym.process import discovery
 from nemo_gym.process.launcher import START_TIMEOUT_PER_WORKER_SECONDS, START_TIMEOUT_SECONDS, LaunchError, Launcher
-from nemo_gym.routing.liveness import life_sockets, live_workers
-from nemo_gym.routing.worker import socket_address
+from nemo_gym.routing.transport.unix import life_sockets, live_workers, socket_address
 
 COUNTER = {"counter": {"resources_servers": {"example_session_state_mgmt": {}}}}
 

@@ -16,8 +16,7 @@ from pathlib import Path
 import aiohttp
 
 from nemo_gym.client.reading import cookie_header
-from nemo_gym.routing.liveness import live_workers
-from nemo_gym.routing.worker import make_socket_dir, remove_socket_dir
+from nemo_gym.routing.transport.unix import live_workers, make_socket_dir, remove_socket_dir
 from scripts.bench.client import VERIFY_BODY
 from scripts.bench.processes import Spawned
 from scripts.bench.servers import bench_server, owner_of, server_env, write_config

@@ -1,9 +1,9 @@
-"""This worker's app, served a second time on the worker's own Unix socket (an abstract name, ``worker``).
+"""This worker's app, served a second time on a listener of its own that only its siblings reach.
 
 Other workers forward the requests of this worker's sessions here. It runs on the worker's event
 loop, does not run the app's lifespan again, and adds no ``date`` or ``server`` header, so a
-forwarded reply is exactly what the app produced. A connection from a process of another user is
-closed unanswered.
+forwarded reply is exactly what the app produced. The transport binds the listener, and may give an
+HTTP protocol of its own that refuses a peer (the Unix transport's: a process of another user).
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ import socket
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.middleware.input_limits import InputLimits, LimitedHttpToolsProtocol
-from nemo_gym.routing.worker import same_user
+from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 
 # The forwarding worker's note of the caller's address; trusted only on arrival here.
 CLIENT_HEADER = b"x-nemo-gym-client"
@@ -56,15 +55,6 @@ def restore_client(scope: Scope) -> None:
     scope["headers"] = headers
 
 
-class SameUserOnly(LimitedHttpToolsProtocol):
-    """The limited HTTP protocol, for peers of this process's user only (an abstract name has no file mode)."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        if not same_user(transport.get_extra_info("socket")):
-            transport.abort()
-
-
 class _EmbeddedServer(uvicorn.Server):
     """A uvicorn server that leaves signal handling to the worker's own server."""
 
@@ -73,11 +63,10 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class PrivateServer:
-    def __init__(self, app: ASGIApp, address: str, limits: InputLimits) -> None:
-        self.address = address
+    def __init__(self, app: ASGIApp, limits: InputLimits, http: type[LimitedHttpToolsProtocol] = LimitedHttpToolsProtocol) -> None:
         config = uvicorn.Config(
             PrivateEntrance(app),
-            http=functools.partial(SameUserOnly, limits=limits.for_siblings()),
+            http=functools.partial(http, limits=limits.for_siblings()),
             backlog=MAX_BACKLOG,
             lifespan="off",
             server_header=False,
@@ -90,19 +79,13 @@ class PrivateServer:
         self.server = _EmbeddedServer(config)
         self.task: asyncio.Task | None = None
 
-    async def start(self) -> None:
-        """Bind the address (``OSError`` if it is taken) and serve on it."""
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            listener.bind(self.address)
-        except BaseException:
-            listener.close()
-            raise
+    async def start(self, listener: socket.socket) -> None:
+        """Serve on ``listener``, a bound socket (uvicorn makes it listen), once it is serving."""
         self.task = asyncio.create_task(self.server.serve(sockets=[listener]))
         while not self.server.started:
             if self.task.done():
                 self.task.result()
-                raise RuntimeError(f"private server on {self.address!r} stopped during start-up")
+                raise RuntimeError(f"private server on {listener.getsockname()!r} stopped during start-up")
             await asyncio.sleep(0.01)
 
     async def stop(self) -> None:

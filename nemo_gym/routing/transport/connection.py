@@ -1,4 +1,6 @@
-"""The forwarder's connections to an owner's Unix socket: HTTP/1.1, kept alive, replies read by httptools.
+"""Connections to an owner's private listener: HTTP/1.1, kept alive, replies read by httptools.
+
+Any transport's: it opens the stream (``IdleConnections.open_connection``), this speaks HTTP over it.
 
 A general HTTP client was most of a forward's CPU on the forwarding worker (about three quarters of
 the router's time in a profile), for features a forward never uses: URLs, cookies, redirects,
@@ -11,15 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import socket
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httptools
 
-from nemo_gym.routing.worker import same_user
+from nemo_gym.routing.transport.private_server import PRIVATE_KEEP_ALIVE_SECONDS
 
 # Reply bytes read ahead of the caller before the owner's socket is no longer read.
 READ_AHEAD_BYTES = 1 << 20
+# Shorter than the private server's, so this side always closes an idle connection first and never
+# sends a request down a connection the owner is closing.
+FORWARD_KEEP_ALIVE_SECONDS = PRIVATE_KEEP_ALIVE_SECONDS / 2
 
 
 class ConnectionBroken(ConnectionError):
@@ -135,15 +140,24 @@ class OwnerConnection(asyncio.Protocol):
 
 
 class IdleConnections:
-    """The idle keep-alive connections to one owner; the one used last is used first."""
+    """The idle keep-alive connections to one owner's ``address``; the one used last is used first.
 
-    def __init__(self, path: str, keep_alive_seconds: float) -> None:
-        self.path = path
+    ``open_connection(address)`` makes a new one (the transport's own), or raises ``OSError``.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        open_connection: Callable[[str], Awaitable[OwnerConnection]],
+        keep_alive_seconds: float = FORWARD_KEEP_ALIVE_SECONDS,
+    ) -> None:
+        self.address = address
+        self.open_connection = open_connection
         self.keep_alive_seconds = keep_alive_seconds
         self.idle: list[OwnerConnection] = []
 
     async def connection(self) -> OwnerConnection:
-        """An idle connection, or a new one; ``OSError`` if the owner's socket takes none."""
+        """An idle connection, or a new one; ``OSError`` if the owner takes none."""
         now = asyncio.get_running_loop().time()
         while self.idle:
             connection = self.idle.pop()
@@ -154,20 +168,8 @@ class IdleConnections:
         return await self.connect()
 
     async def connect(self) -> OwnerConnection:
-        """A new connection, never an idle one; ``OSError`` if the owner's socket takes none."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            # Connected here: uvloop takes no abstract name (EINVAL). A Unix socket connects at once,
-            # or fails at once (BlockingIOError while the owner's backlog is full).
-            sock.setblocking(False)
-            sock.connect(self.path)
-            if not same_user(sock):  # someone else took a dead owner's name
-                raise ConnectionRefusedError(f"the process at {self.path!r} runs as another user")
-        except BaseException:
-            sock.close()
-            raise
-        _, connection = await asyncio.get_running_loop().create_unix_connection(OwnerConnection, sock=sock)
-        return connection
+        """A new connection, never an idle one; ``OSError`` if the owner takes none."""
+        return await self.open_connection(self.address)
 
     def give_back(self, connection: OwnerConnection) -> None:
         connection.idle_since = asyncio.get_running_loop().time()

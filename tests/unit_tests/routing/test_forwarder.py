@@ -1,4 +1,6 @@
-"""The forwarder and an owner that ends a connection under a request: what is sent again, what gets 502.
+"""The forwarder: a request reaches its owner unchanged and the reply comes back streamed; a live owner
+that takes no connection is waited for (then 503), a dead one never; and when an owner ends a
+connection under a request, what is sent again and what gets 502.
 
 Two in-process workers of one server (``two_workers``), or one worker and an owner played by the test
 on a real Unix socket in the workers' socket directory (``PlayedOwner``), holding a real life name.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -23,11 +26,11 @@ from fastapi import BackgroundTasks, FastAPI, Request
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client.reading import cookie_header
-from nemo_gym.routing.liveness import LifeName
-from nemo_gym.routing.worker import OWNER_KEY, new_worker_id, socket_address
+from nemo_gym.routing.transport.unix import LifeName, is_alive, socket_address
+from nemo_gym.routing.worker import OWNER_KEY, new_worker_id
 from resources_servers.example_session_state_mgmt import standard_clients
-from tests.session_cookies import signed_session
-from tests.unit_tests.routing_workers import EchoServer, Worker, two_workers
+from tests.session_cookies import session_of, signed_session
+from tests.unit_tests.routing_workers import EchoServer, Worker, new_session, two_workers, unreachable
 
 pytestmark = pytest.mark.anyio
 
@@ -212,7 +215,7 @@ def read_request(connection: socket.socket) -> None:
 @contextlib.asynccontextmanager
 async def worker_and_played_owner(**playing):
     async with two_workers() as (a, b, caller):
-        with PlayedOwner(b.server.socket_dir, **playing).running() as owner:
+        with PlayedOwner(b.server.transport.socket_dir, **playing).running() as owner:
             yield b, owner
 
 
@@ -251,3 +254,95 @@ async def test_an_owner_that_resets_a_request_and_frees_its_life_name_a_moment_l
         async with asyncio.timeout(WAIT_SECONDS):
             status, body = await post(b.url + "/increment", cookies)
         assert status == 410 and owner.worker_id in body["detail"], body
+
+
+async def test_method_path_query_and_headers_arrive_unchanged(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    headers = {"X-Custom": "kept as is", "Authorization": "Bearer t0ken", "Content-Type": "text/plain"}
+    direct = await (await caller.http.put(f"{a.url}/echo/some%20path/x?b=2&a=1&a=%2F", data="body!", headers={**headers, "Cookie": f"{a.server.session_cookie}={cookies[a.server.session_cookie]}"})).json()
+    forwarded = await (await caller.http.put(f"{b.url}/echo/some%20path/x?b=2&a=1&a=%2F", data="body!", headers={**headers, "Cookie": f"{a.server.session_cookie}={cookies[a.server.session_cookie]}"})).json()
+    assert forwarded["worker"] == a.server.worker_id
+    for key in ("method", "path", "query", "body", "session_id"):
+        assert forwarded[key] == direct[key]
+    without_host = lambda pairs: [pair for pair in pairs if pair[0] != "host"]  # noqa: E731
+    assert without_host(forwarded["headers"]) == without_host(direct["headers"])
+    assert dict(forwarded["headers"])["host"] == f"127.0.0.1:{b.port}"
+
+
+async def test_streamed_request_body_and_streamed_reply_cross_the_hop_intact(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    payload = os.urandom(300_000)
+
+    async def chunks():
+        for start in range(0, len(payload), 7_000):
+            yield payload[start : start + 7_000]
+
+    response = await caller.post(b, "/stream", cookies, data=chunks())
+    assert response.status == 200
+    assert response.headers["x-worker"] == a.server.worker_id
+    assert response.headers.get("Transfer-Encoding") == "chunked"
+    assert await response.read() == payload
+
+
+async def test_caller_disconnect_cancels_the_owner_handler(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    session_id = session_of(a.server.secret, cookies[a.server.session_cookie])[SESSION_ID_KEY]
+    request = asyncio.ensure_future(caller.post(b, "/hang", cookies))
+    await asyncio.sleep(0.5)
+    request.cancel()  # the caller goes away mid-request
+    async with asyncio.timeout(10):
+        while session_id not in EchoServer.cancelled:
+            await asyncio.sleep(0.05)
+
+
+async def test_caller_address_survives_the_hop(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    direct = await (await caller.post(a, "/echo/x", cookies)).json()
+    forwarded = await (await caller.post(b, "/echo/x", cookies)).json()
+    assert forwarded["worker"] == a.server.worker_id
+    assert forwarded["client"][0] == direct["client"][0] == "127.0.0.1"  # over the socket alone it would be None
+    assert "x-nemo-gym-client" not in dict(forwarded["headers"])
+
+
+async def test_live_owner_that_takes_no_connection_gets_503_with_retry_after_never_410(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    b.server.forwarder.busy_wait_seconds = 0.5
+    with unreachable(b, a):  # a lives and holds its name, but its socket takes no connection
+        response = await caller.post(b, "/increment", cookies)
+        assert response.status == 503
+        assert response.headers["Retry-After"] == "1"
+        assert a.server.worker_id in (await response.json())["detail"]
+    assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2  # the session is intact
+
+
+async def test_busy_owner_keeps_its_pooled_connections_and_requests_in_flight(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    session_id = session_of(a.server.secret, cookies[a.server.session_cookie])[SESSION_ID_KEY]
+    in_flight = asyncio.ensure_future(caller.post(b, "/hang", cookies))  # holds b's pooled connection to a
+    await asyncio.sleep(0.3)
+    pool = b.server.transport.pools[a.server.worker_id]
+    b.server.forwarder.busy_wait_seconds = 0.5
+    try:
+        with unreachable(b, a):
+            assert (await caller.post(b, "/increment", cookies)).status == 503
+            assert b.server.transport.pools[a.server.worker_id] is pool
+            assert not in_flight.done() and session_id not in EchoServer.cancelled
+    finally:
+        in_flight.cancel()
+
+
+async def test_owner_whose_life_name_is_free_is_dead_and_gets_410_at_once(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    await a.stop()
+    assert not is_alive(a.server.transport.socket_dir, a.server.worker_id)
+    b.server.forwarder.busy_wait_seconds = 60  # a dead owner is never waited for
+    async with asyncio.timeout(5):
+        response = await caller.post(b, "/increment", cookies)
+    assert response.status == 410

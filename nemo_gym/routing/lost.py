@@ -1,0 +1,75 @@
+"""The ``LostSessionPolicy`` protocol: what a request gets when its session's owner is dead, and today's in-memory policy.
+
+The router asks the policy, and acts on its answer: serve the request here, forward it to another
+owner, or reply. A server chooses its policy where it is built (``nemo_gym.server``): without durable
+sessions it is ``LostWithOwner``; with them, ``nemo_gym.durable.adoption.Adopter``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp
+
+# What every 503 that asks the caller to come back advises.
+RETRY_AFTER_SECONDS = 1
+
+
+@dataclass(frozen=True)
+class ServeHere:
+    """Serve the request on this worker: the session is this worker's now."""
+
+
+@dataclass(frozen=True)
+class ForwardTo:
+    """Forward the request to ``owner``, which holds the session now."""
+
+    owner: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Answer the request with ``response`` (an ASGI app; the router adds the session's cookie unless it is a 410)."""
+
+    response: ASGIApp
+
+
+Decision = ServeHere | ForwardTo | Reply
+
+
+@runtime_checkable
+class LostSessionPolicy(Protocol):
+    """``session`` is the session the request names, as the router read it (cookie or token)."""
+
+    async def owner_gone(self, owner: str, session: dict[str, Any]) -> Decision:
+        """The owner is dead and never got the request, whose body can be given again from the start."""
+
+    async def owner_died(self, owner: str, session: dict[str, Any]) -> Reply:
+        """The owner died while it had the request, before its reply started: whether the request took
+        effect is unknown, so it is neither served nor sent again, only answered."""
+
+
+def lost_session(owner: str) -> JSONResponse:
+    return JSONResponse(
+        status_code=410,
+        content={
+            "detail": f"Session lost: it belongs to worker {owner}, which is gone (the worker exited, or the "
+            "server restarted), and the session's state went with it. Start a new session."
+        },
+    )
+
+
+def retry_later(detail: str) -> JSONResponse:
+    return JSONResponse(status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}, content={"detail": detail})
+
+
+class LostWithOwner:
+    """A session lives only in its owner's memory: once the owner is dead, the session is lost (410)."""
+
+    async def owner_gone(self, owner: str, session: dict[str, Any]) -> Decision:
+        return Reply(lost_session(owner))
+
+    async def owner_died(self, owner: str, session: dict[str, Any]) -> Reply:
+        return Reply(lost_session(owner))

@@ -1,0 +1,25 @@
+"""How a worker reaches its siblings: the ``Transport`` protocol and its implementations, chosen by name.
+
+- ``base``: the protocol (connect to an owner, whether it is alive or proves dead, forget it, serve
+  the siblings' forwarded requests and be alive meanwhile).
+- ``connection``: HTTP/1.1 connections to an owner, kept alive in a pool per owner (any transport's).
+- ``private_server``: the worker's app served again on a listener of the transport's.
+- ``unix``: today's transport, the workers of one host over private Unix sockets with abstract names.
+
+A new transport is one module that implements ``Transport`` and one line in ``TRANSPORTS``.
+"""
+
+from __future__ import annotations
+
+from uvicorn.importer import import_from_string
+
+from nemo_gym.routing.transport.base import Transport
+
+# Each is built with a directory of this host that only the server's workers share (the launcher's).
+TRANSPORTS = {"unix": "nemo_gym.routing.transport.unix:UnixTransport"}
+DEFAULT_TRANSPORT = "unix"
+
+
+def transport_class(name: str = DEFAULT_TRANSPORT) -> type[Transport]:
+    """The implementation ``TRANSPORTS`` names, imported only when chosen."""
+    return import_from_string(TRANSPORTS[name])
