@@ -80,22 +80,26 @@ class OwnerReader:
                 tokens.append(value.decode("latin-1"))
         if len(tokens) > 1 and len(set(tokens)) > 1:
             raise AmbiguousSession(TOKEN_HEADER)
-        has_cookie = self.has_session_cookie(cookie_headers)
-        if not has_cookie:
+        cookie = self.session_cookie_value(cookie_headers)
+        if cookie is None:
             scope[SESSION_READ_SCOPE_KEY] = None
-        if tokens and (is_mcp_path(scope["path"]) or not has_cookie):
+        if tokens and (is_mcp_path(scope["path"]) or cookie is None):
             return read_token(self.token_serializer, tokens[0])
-        if has_cookie:
-            session = scope[SESSION_READ_SCOPE_KEY] = self.session_layer.read(scope["headers"])
+        if cookie is not None:
+            session = scope[SESSION_READ_SCOPE_KEY] = self.session_layer.load(cookie)
             return session
         return None
 
-    def has_session_cookie(self, cookie_headers: list[str]) -> bool:
-        """Whether the app will load a session cookie, after checking that it can load only one.
+    def session_cookie_value(self, cookie_headers: list[str]) -> str | None:
+        """The session cookie's value the app will load (None: it will load none), after checking that it can load only one.
 
         Starlette reads the first Cookie header and, within it, the last occurrence of a name. Every
-        occurrence is read here with Starlette's parser, chunk by chunk, to see whether they agree.
+        occurrence is read here with Starlette's parser, chunk by chunk, to see whether they agree. The
+        common request, one Cookie header that holds the name once, is parsed once, whole: its one
+        occurrence lies in one chunk, which Starlette's parser reads alone as it reads it in the header.
         """
+        if len(cookie_headers) == 1 and cookie_headers[0].count(self.cookie_name) == 1:
+            return cookie_parser(cookie_headers[0]).get(self.cookie_name)
         # A header that does not hold the name at all cannot name the session: it is not parsed.
         values = {
             parsed[self.cookie_name]
@@ -105,10 +109,10 @@ class OwnerReader:
             if self.cookie_name in (parsed := cookie_parser(chunk))
         }
         if not values:
-            return False
+            return None
         if len(values) > 1 or self.cookie_name not in cookie_parser(cookie_headers[0]):
             raise AmbiguousSession("Cookie")
-        return True
+        return values.pop()
 
     def keeping_session(self, scope: Scope, send: Send) -> Send:
         """``send`` for a reply that may be made on the owner's behalf (the router's 503 for a busy owner,

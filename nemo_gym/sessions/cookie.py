@@ -51,8 +51,10 @@ class SessionCookie:
         """The session in the request's first Cookie header (the one Starlette reads); None without one that verifies."""
         header = next((value for name, value in headers if name == b"cookie"), None)
         value = None if header is None else cookie_parser(header.decode("latin-1")).get(self.session_cookie)
-        if value is None:
-            return None
+        return None if value is None else self.load(value)
+
+    def load(self, value: str) -> dict[str, Any] | None:
+        """The session a session cookie's value holds; None if it does not verify."""
         try:
             return json.loads(b64decode(self.signer.unsign(value.encode("utf-8"), max_age=self.max_age)))
         except BadSignature:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from itsdangerous import TimestampSigner
-from starlette.requests import Request
+from starlette.requests import Request, cookie_parser
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.routing.owner import AmbiguousSession
@@ -160,3 +160,26 @@ def test_a_request_served_here_has_its_cookie_verified_once_and_the_app_loads_th
         reply = asyncio.run(app_reply(scope("/echo/x", [(b"cookie", header)]), ROUTER))
     assert unsign.call_count == 1
     assert (reply["session_id"], reply["owner"]) == (read_by_router[SESSION_ID_KEY], SERVER.worker_id)
+
+
+def session_cookie_value(cookie_headers: list[str]) -> str | None | type[AmbiguousSession]:
+    try:
+        return ROUTER.owners.session_cookie_value(cookie_headers)
+    except AmbiguousSession:
+        return AmbiguousSession
+
+
+@settings(max_examples=400, deadline=None)
+@given(cookie_headers())
+def test_one_cookie_header_read_whole_reads_the_value_the_chunk_by_chunk_reading_does(headers):
+    header = headers[0].decode("latin-1")
+    # An empty second Cookie header names nothing, and sends the reader the chunk-by-chunk way.
+    assert session_cookie_value([header]) == session_cookie_value([header, ""])
+
+
+def test_a_direct_hit_parses_its_cookie_header_once():
+    header = f"other=1; {COOKIE}={LOCAL_COOKIE}".encode()
+    with mock.patch("nemo_gym.routing.owner.cookie_parser", side_effect=cookie_parser) as by_router, mock.patch("nemo_gym.sessions.cookie.cookie_parser", side_effect=cookie_parser) as by_app:
+        reply = asyncio.run(app_reply(scope("/echo/x", [(b"cookie", header)]), ROUTER))
+    assert reply["owner"] == SERVER.worker_id
+    assert by_router.call_count + by_app.call_count == 1

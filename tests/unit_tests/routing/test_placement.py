@@ -128,6 +128,14 @@ def test_a_worker_whose_socket_directory_is_gone_starts_and_places_nothing(socke
         placement.close()
 
 
+def test_with_placement_off_a_new_session_starts_here_and_touches_no_counter(workers):
+    a, b, _ = workers
+    a.balance = False
+    before = {worker: count.value for worker, count in a.siblings.items()}, a.own.value
+    assert [a.choose() for _ in range(5)] == [None] * 5
+    assert ({worker: count.value for worker, count in a.siblings.items()}, a.own.value) == before
+
+
 @pytest.fixture
 async def placing_pair():
     """Workers A and B with balanced placement on, each aware of the other."""

@@ -225,12 +225,12 @@ async def test_a_dead_owners_request_has_its_cookie_read_once(pair, monkeypatch)
     router = router_of(b)
     router.lost = AnsweringPolicy(ServeHere())
     reads = []
-    read = router.owners.session_layer.read
+    load = router.owners.session_layer.load
 
-    def counted(headers):
-        reads.append(headers)
-        return read(headers)
+    def counted(cookie):
+        reads.append(cookie)
+        return load(cookie)
 
-    monkeypatch.setattr(router.owners.session_layer, "read", counted)
+    monkeypatch.setattr(router.owners.session_layer, "load", counted)
     assert (await caller.post(b, "/echo/x", cookies)).status == 200
     assert len(reads) == 1

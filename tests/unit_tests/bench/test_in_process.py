@@ -1,0 +1,40 @@
+"""scripts/bench/in_process.py: its routed app serves every episode's requests as direct hits, and its two builds differ only in routing."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from unittest import mock
+
+from nemo_gym.routing.router import SessionRouter
+from nemo_gym.routing.worker import OWNER_KEY
+from scripts.bench import in_process
+
+
+async def play(routed: bool) -> tuple[object, list[dict | None]]:
+    """Three episodes through the build; the app's router (None when off) and each episode's last session."""
+    with tempfile.TemporaryDirectory(prefix="ngw-test-", dir="/tmp") as socket_dir:
+        app = in_process.build(routed, socket_dir)
+        router = app.app if isinstance(app.app, SessionRouter) else None
+        sessions = []
+        async with in_process.lifespan(app):
+            for _ in range(3):
+                cookie = None
+                for path, body in in_process.BODIES:
+                    cookie = await in_process.request(app, path, body, cookie)
+                reader = router.owners.session_layer if router else None
+                sessions.append(reader.read([(b"cookie", cookie.encode())]) if reader else None)
+        return router, sessions
+
+
+def test_the_routed_build_serves_every_request_here_and_its_sessions_name_this_worker():
+    refuse = mock.AsyncMock(side_effect=AssertionError("forwarded"))
+    with mock.patch("nemo_gym.routing.forwarder.Forwarder.forward", refuse), mock.patch("nemo_gym.routing.forwarder.Forwarder.relay_when_reachable", refuse):
+        router, sessions = asyncio.run(play(routed=True))
+    assert router is not None
+    assert [session[OWNER_KEY] for session in sessions] == [router.worker_id] * 3
+
+
+def test_the_unrouted_build_has_no_router():
+    router, _ = asyncio.run(play(routed=False))
+    assert router is None
