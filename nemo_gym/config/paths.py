@@ -94,19 +94,22 @@ def import_server_module(module_name: str) -> ModuleType:
 
 
 @contextlib.contextmanager
-def server_module_checked(module_name: str) -> Iterator[ModuleType]:
+def server_module_checked(module_name: str, forget_package: bool = False) -> Iterator[ModuleType]:
     """``import_server_module`` for a process that only checks the server (and may check others after it):
     on leaving, the directory is off ``sys.path`` again and its bare modules are forgotten, so that the next
-    server's ``import util`` finds its own."""
+    server's ``import util`` finds its own. With ``forget_package``, the server's package modules (the
+    entrypoint itself) are forgotten too, so that the next import runs their code again."""
     path_before = list(sys.path)
     modules_before = set(sys.modules)
     directory = server_directory(module_name)
+    package = ".".join(module_name.split(".")[:2])
     try:
         yield import_server_module(module_name)
     finally:
         sys.path[:] = path_before
         for name in set(sys.modules) - modules_before:
-            if "." not in name and _is_inside(getattr(sys.modules[name], "__file__", None), directory):
+            ours = "." not in name or (forget_package and (name == package or name.startswith(package + ".")))
+            if ours and _is_inside(getattr(sys.modules[name], "__file__", None), directory):
                 del sys.modules[name]
 
 

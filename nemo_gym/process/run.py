@@ -1,7 +1,12 @@
 """The process of one server instance: ``python -m nemo_gym.process.run`` with the launcher's environment.
 
 One worker: uvicorn serves the server's app in this process. Several: uvicorn's own supervisor
-spawns the workers, each calling ``worker_app`` to build its app; this process serves no requests.
+starts the workers, each calling ``worker_app`` to build its app; this process serves no requests.
+The workers are forked from this process, not spawned as fresh interpreters: each starts with the
+libraries this process imported to check the config (nemo_gym, openai, fastapi: most of a start-up's
+CPU) and runs only the server's own modules again, as a spawned worker would, in its worker environment.
+A server module that registers something in a library's global registry at import therefore does so in
+this process and again in each worker.
 A server module needs no module-level ``app``: the app is built from the server class it defines,
 or taken from the ``app`` that upstream's ``is_nemo_gym_fastapi_entrypoint(__file__)`` guard made.
 As upstream, every process imports it with the server's own directory first on ``sys.path``.
@@ -9,18 +14,23 @@ As upstream, every process imports it with the server's own directory first on `
 
 from __future__ import annotations
 
+import gc
 import json
+import multiprocessing
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import uvicorn
+import uvicorn._subprocess
 from starlette.types import ASGIApp
 from uvicorn.importer import import_from_string
+from uvicorn.supervisors.multiprocess import SIGNALS
 
 from nemo_gym import config as gym_config
-from nemo_gym.config.paths import import_server_module
+from nemo_gym.config.paths import import_server_module, server_module_checked
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.store import StoreError, open_store
 from nemo_gym.env import (
@@ -102,6 +112,17 @@ def uvicorn_options(instance: gym_config.Instance, config: BaseRunServerInstance
     )
 
 
+def fork_workers() -> None:
+    """Make uvicorn fork its workers from this process. A forked worker gets back the signal handlers this
+    process had before uvicorn's supervisor set its own (a spawned one starts with the defaults), and this
+    process's objects are frozen out of the collector, so that a worker's collections neither walk nor
+    copy them."""
+    handlers = {sig: handler for sig in SIGNALS if (handler := signal.getsignal(sig)) is not None}
+    os.register_at_fork(after_in_child=lambda: [signal.signal(sig, handler) for sig, handler in handlers.items()])
+    uvicorn._subprocess.spawn = multiprocessing.get_context("fork")
+    gc.freeze()
+
+
 def serve(server_class: type[SimpleServer] | None = None, app_factory: str | None = None) -> None:
     """Serve the instance the environment names, with as many workers as its config asks for.
 
@@ -109,7 +130,11 @@ def serve(server_class: type[SimpleServer] | None = None, app_factory: str | Non
     instance's own module (the benchmark serves a server of its own, outside the server directories).
     """
     instance = this_instance()
-    if server_class is None:
+    if server_class is None and instance.num_workers > 1:
+        # Forgotten once found, so that each forked worker imports the server's modules in its own environment.
+        with server_module_checked(instance.module, forget_package=True) as module:
+            server_class = find_server_class(module)
+    elif server_class is None:
         server_class = find_server_class(import_server_module(instance.module))
     try:
         session_secret(instance.name, instance.settings.get("session_secret"))
@@ -134,6 +159,7 @@ def serve(server_class: type[SimpleServer] | None = None, app_factory: str | Non
     )
     app_factory = app_factory or WORKER_APP
     options.update(workers=instance.num_workers, factory=True)
+    fork_workers()
     # Every routed worker serves a private socket in this directory; it goes when the server stops. A
     # launcher may hand one over, so that it can remove it even if this process is killed.
     if not server_class.is_routed(config) or os.environ.get(SOCKET_DIR_ENV):
