@@ -12,12 +12,13 @@ import pytest
 
 from nemo_gym import config as gym_config
 from nemo_gym.client.reading import ReadingClient
-from nemo_gym.global_config import OBSERVABILITY_ENABLED_KEY_NAME, ROLLOUT_INDEX_KEY_NAME, TASK_INDEX_KEY_NAME
-from nemo_gym.process.launcher import Launcher
-from nemo_gym.rollout_collection import NG_TRAJECTORY_KEY, _attach_trajectory_record
-from nemo_gym.rollout_observability import TrajectoryRecord
 from nemo_gym.client.rollouts import read_rows, run_episodes
 from nemo_gym.config.paths import INSTALL_ROOT, search_roots
+from nemo_gym.global_config import OBSERVABILITY_ENABLED_KEY_NAME, ROLLOUT_INDEX_KEY_NAME, TASK_INDEX_KEY_NAME
+from nemo_gym.process.launcher import Launcher
+from nemo_gym.process import discovery
+from nemo_gym.rollout_collection import NG_TRAJECTORY_KEY, _attach_trajectory_record
+from nemo_gym.rollout_observability import TrajectoryRecord
 
 ROOT = Path(__file__).resolve().parents[1] / "upstream_style"
 CONFIG = ROOT / "configs" / "trajectory_agent_counter.yaml"
@@ -34,7 +35,7 @@ def results() -> Iterator[list[tuple[dict, dict]]]:
         for rollout_index in range(repeats)
         for task_index, task in enumerate(tasks)
     ][:EPISODES]
-    instances = gym_config.load([CONFIG], roots=search_roots([ROOT]))
+    instances = discovery.load([CONFIG], roots=search_roots([ROOT]))
     launcher = Launcher(instances, gym_config.free_port(), settings={OBSERVABILITY_ENABLED_KEY_NAME: True}).start(timeout=240)
 
     async def play() -> list[dict]:
