@@ -51,7 +51,7 @@ def test_without_durable_sessions_a_sigkilled_workers_sandboxes_are_swept_and_no
     os.kill(holders[0], signal.SIGKILL)
     # uvicorn starts a worker in its place, and that worker's start sweeps what the killed one left.
     alive = 12 - holders.count(holders[0])
-    assert wait_for(lambda: len(sandboxes_in(sandbox_dir)) == alive), sandboxes_in(sandbox_dir)
+    assert wait_for(lambda: len(sandboxes_in(sandbox_dir)) == alive), (sandboxes_in(sandbox_dir), launcher.log_tail(SWE))
     assert len(mounts_under(sandbox_dir)) == alive
     launcher.stop()
     assert_nothing_left(sandbox_dir)
