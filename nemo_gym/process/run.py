@@ -50,6 +50,11 @@ from nemo_gym.server import SimpleServer
 from nemo_gym.sessions.secret import SecretError, session_secret
 
 KEEP_ALIVE_SECONDS = 75
+# How long uvicorn's supervisor waits for a worker to answer its health ping. A worker replacing a dead one
+# must start within this; 8 workers importing at once on 2 busy cores can take longer than uvicorn's 5 s
+# default, which would kill and restart them in a loop. The supervisor pings each worker every 0.5 s and
+# sees a death at its next round, unless the worker dies during a ping: then only after this long.
+WORKER_HEALTHCHECK_SECONDS = 30
 # What each worker of a multi-worker server calls to build its app.
 WORKER_APP = f"{SERVER_PROCESS_MODULE}:worker_app"
 
@@ -105,9 +110,7 @@ def uvicorn_options(instance: gym_config.Instance, config: BaseRunServerInstance
         lifespan="on",  # an app that cannot start makes the process exit, not serve 500s
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=5,
-        # A worker replacing a dead one must start within this; 8 workers importing at once on 2 busy
-        # cores can take longer than uvicorn's 5 s default, which would kill and restart them in a loop.
-        timeout_worker_healthcheck=30,
+        timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
         http=InputLimits.of(config).protocol(),
     )
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nemo_gym.process.launcher import LaunchError
+from nemo_gym.process.run import WORKER_HEALTHCHECK_SECONDS
 from resources_servers.swe_rebench.tmpfs import mounts_under
 from tests.e2e.test_swe_rebench_one_worker import SWE, episodes, sandboxes_in
 
@@ -49,9 +50,11 @@ def test_without_durable_sessions_a_sigkilled_workers_sandboxes_are_swept_and_no
     assert len(set(holders)) == 2, holders
     assert len(sandboxes_in(sandbox_dir)) == 12
     os.kill(holders[0], signal.SIGKILL)
-    # uvicorn starts a worker in its place, and that worker's start sweeps what the killed one left.
+    # uvicorn starts a worker in its place, and that worker's start sweeps what the killed one left. A kill
+    # that lands while the supervisor pings that worker is seen only once the ping has timed out.
     alive = 12 - holders.count(holders[0])
-    assert wait_for(lambda: len(sandboxes_in(sandbox_dir)) == alive), (sandboxes_in(sandbox_dir), launcher.log_tail(SWE))
+    replaced = WORKER_HEALTHCHECK_SECONDS + 30
+    assert wait_for(lambda: len(sandboxes_in(sandbox_dir)) == alive, replaced), (sandboxes_in(sandbox_dir), launcher.log_tail(SWE))
     assert len(mounts_under(sandbox_dir)) == alive
     launcher.stop()
     assert_nothing_left(sandbox_dir)
