@@ -114,7 +114,7 @@ def test_a_patch_that_makes_assert_equal_a_no_op_scores_zero(app):
 
 def test_a_patch_that_swaps_assert_equal_in_the_module_namespace_scores_zero(app):
     patch = "import unittest.case\nclass Lenient(unittest.case.TestCase):\n    def assertEqual(self, *args, **kwargs):\n        pass\nunittest.TestCase = unittest.case.TestCase = Lenient\n"
-    assert_zero(graded(app, patch + BUGGY), "")
+    assert_zero(graded(app, patch + BUGGY), "the test framework or the hidden tests were changed while they ran")
 
 
 def test_the_runs_key_is_in_no_argument_environment_or_output_of_the_run(app, monkeypatch):
