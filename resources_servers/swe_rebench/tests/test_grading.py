@@ -9,6 +9,8 @@ import hashlib
 import hmac
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 from starlette.testclient import TestClient
@@ -112,7 +114,7 @@ def test_a_patch_that_makes_assert_equal_a_no_op_scores_zero(app):
 
 def test_a_patch_that_swaps_assert_equal_in_the_module_namespace_scores_zero(app):
     patch = "import unittest.case\nclass Lenient(unittest.case.TestCase):\n    def assertEqual(self, *args, **kwargs):\n        pass\nunittest.TestCase = unittest.case.TestCase = Lenient\n"
-    assert_zero(graded(app, patch + BUGGY), "")
+    assert_zero(graded(app, patch + BUGGY), "the test framework or the hidden tests were changed while they ran")
 
 
 def test_the_runs_key_is_in_no_argument_environment_or_output_of_the_run(app, monkeypatch):
@@ -141,6 +143,45 @@ def test_a_named_test_that_does_not_run_scores_zero_even_with_the_fix(tmp_path):
     with TestClient(make_server(tmp_path / "sandboxes", tasks_dir=str(tasks)).build_app()) as client:
         result = graded(client.app, SWE_REBENCH_FIXES["bounds.py"])
     assert_zero(result, "PASS_TO_PASS test test_hidden_bounds.HiddenClampTest.test_gone missing")
+
+
+# Run in a copy of a task (its repository and hidden tests side by side): the ids the hidden files hold, and
+# for each id given on the command line whether it ran alone and passed, as JSON.
+OUTCOMES = (
+    "import json, pathlib, sys, unittest\n"
+    "loader = unittest.TestLoader()\n"
+    "def ids(suite):\n"
+    "    return [i for t in suite for i in (ids(t) if isinstance(t, unittest.TestSuite) else [t.id()])]\n"
+    "held = ids(loader.loadTestsFromNames(sorted(p.stem for p in pathlib.Path(sys.argv[1]).glob('test_*.py'))))\n"
+    "passed = {}\n"
+    "for test in sys.argv[2:]:\n"
+    "    result = unittest.TestResult()\n"
+    "    loader.loadTestsFromName(test).run(result)\n"
+    "    passed[test] = result.testsRun == 1 and result.wasSuccessful()\n"
+    "print(json.dumps({'held': sorted(held), 'passed': passed}))\n"
+)
+
+
+def hidden_outcomes(task_dir, copy, fixed: bool) -> dict:
+    shutil.copytree(task_dir / "repo", copy)
+    shutil.copytree(task_dir / "hidden", copy, dirs_exist_ok=True)
+    for name, source in SWE_REBENCH_FIXES.items():
+        if fixed and (copy / name).exists():
+            (copy / name).write_text(source)
+    tests = NamedTests.load(task_dir / "tests.json")
+    run = subprocess.run([sys.executable, "-c", OUTCOMES, str(task_dir / "hidden"), *tests.all], cwd=copy, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+@pytest.mark.parametrize("task_id", sorted(path.name for path in DEFAULT_TASKS_DIR.iterdir() if path.is_dir()))
+def test_each_tasks_named_tests_are_its_hidden_tests_fail_to_pass_failing_as_shipped_and_every_one_passing_with_the_fix(tmp_path, task_id):
+    task_dir = DEFAULT_TASKS_DIR / task_id
+    tests = NamedTests.load(task_dir / "tests.json")
+    shipped, fixed = hidden_outcomes(task_dir, tmp_path / "shipped", False), hidden_outcomes(task_dir, tmp_path / "fixed", True)
+    assert shipped["held"] == sorted(tests.all), "tests.json must name every hidden test, and only those"
+    assert {test: shipped["passed"][test] for test in tests.all} == {**dict.fromkeys(tests.fail_to_pass, False), **dict.fromkeys(tests.pass_to_pass, True)}
+    assert fixed["passed"] == dict.fromkeys(tests.all, True)
 
 
 def signed(key: bytes, *lines: str) -> bytes:

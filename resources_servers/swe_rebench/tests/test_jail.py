@@ -367,12 +367,15 @@ def venv_under_tmp():
 
 
 def test_a_venv_under_tmp_leaves_the_jails_tmp_empty_and_runs_as_opt_python(server, client, venv_under_tmp):
+    """The installation the server finds for itself (``Interpreter.of_this_process``) when it runs from that virtualenv."""
+    finds = "import sys; from resources_servers.swe_rebench.jail import Interpreter; i = Interpreter.of_this_process(); print(sys.prefix, i.prefix, i.executable)"
+    checkout = Path(__file__).resolve().parents[3]
     facts = subprocess.run(
-        [str(venv_under_tmp), "-c", "import os, sys; print(sys.prefix); print(sys.base_prefix); print(os.path.realpath(sys._base_executable))"],
-        capture_output=True, text=True, check=True, timeout=60,
+        [str(venv_under_tmp), "-c", finds],
+        capture_output=True, text=True, check=True, timeout=60, cwd=checkout, env={**os.environ, "PYTHONPATH": str(checkout)},
     ).stdout.split()
     assert facts[0].startswith("/tmp/clone-")
-    interpreter = Interpreter.of(Path(facts[1]), Path(facts[2]))
+    interpreter = Interpreter(Path(facts[1]), Path(facts[2]))
     server.jail = Jail(server.config.bwrap, server.jail.limits, [DEFAULT_TASKS_DIR], interpreter)
     inside = run(client, "ls -A /tmp; python3 -c 'import sys; print(sys.prefix)'; cat /proc/1/cmdline /proc/self/mountinfo")
     assert inside["output"].startswith(f"{interpreter.in_jail()}\n"), inside

@@ -183,6 +183,8 @@ def test_a_chaos_soak_keeps_every_acknowledged_increment_and_answers_no_404_410_
 
     asyncio.run(asyncio.wait_for(scenario(), TRAFFIC_SECONDS + 240))
     report = {f"{user.library}#{user.number}": (user.acknowledged, user.unknown, user.final, dict(user.statuses)) for user in users}
+    totals = sum((user.statuses for user in users), Counter())
+    print(f"soak: acknowledged {sum(user.acknowledged for user in users)}, unknown {sum(user.unknown for user in users)}, replies {dict(totals)}, faults {faults}")
     assert len(faults) == len(FAULTS), faults
     bad = [reply for user in users for reply in user.bad_replies]
     assert bad == [], (faults, Counter((path, status) for path, status, _ in bad), bad[:5])
