@@ -1,0 +1,113 @@
+"""The test client of the network-namespace hosts (tests/hosts.py), run inside the client's own host.
+
+``python -m tests.hosts_client MODE JSON`` prints one JSON line, its result:
+
+- ``episodes``: ``{"client", "url", "episodes"}``: counter episodes of one standard client
+  (resources_servers/example_session_state_mgmt/standard_clients.py), a new connection per request;
+  the list of their results.
+- ``sessions``: ``{"url", "sessions", "seconds", "think"}``: seeds that many counter sessions (aiohttp,
+  a new connection per request), prints ``seeded`` and then adds 1 to each session every ``think``
+  seconds for ``seconds``. A 503 is waited out (its Retry-After, at most ``think``) and the step tried
+  again; a 410 or any other status ends the session. Then each session not ended reads its count.
+  Per session: the Cookie header it sent last, its start, each step's ``[seconds since seeded,
+  status, Retry-After, detail]`` and the count read back.
+- ``get``: ``{"urls", "requests"}``: to each URL in turn, that many GETs one after the other, each on a new
+  connection; their bodies, a list per URL.
+- ``refused``: ``{"urls"}``: POSTs a seed request to each URL; per URL its status, or the connection error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+import aiohttp
+
+from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes, shared_aiohttp
+
+START = 1000
+REQUEST_TIMEOUT_SECONDS = 60
+
+
+def episodes(client: str, url: str, episodes: int) -> list[dict[str, Any]]:
+    return asyncio.run(run_episodes(CLIENTS[client], url, [START + number for number in range(episodes)], True, episodes))
+
+
+async def sessions(url: str, sessions: int, seconds: float, think: float) -> list[dict[str, Any]]:
+    async with shared_aiohttp(replace=False)(url, True) as open_session:
+
+        async def one(start: int, seeded: asyncio.Event, all_seeded: asyncio.Future) -> dict[str, Any]:
+            async with open_session() as post:
+                reply = await post("/seed_session", {"initial_count": start})
+                record: dict[str, Any] = {"start": start, "seed": reply.status, "steps": [], "count": None}
+                seeded.set()
+                began = await all_seeded
+                if reply.status != 200:
+                    return record
+                while time.monotonic() - began < seconds:
+                    reply = await post("/increment_counter", {"count": 1})
+                    detail = reply.body.get("detail") if isinstance(reply.body, dict) else reply.body
+                    record["steps"].append([time.monotonic() - began, reply.status, reply.retry_after, detail])
+                    record["cookie"] = reply.sent_cookie
+                    if reply.status == 503:
+                        await asyncio.sleep(min(float(reply.retry_after or think), think))
+                    elif reply.status == 200:
+                        await asyncio.sleep(think)
+                    else:
+                        return record
+                reply = await post("/get_counter_value", {})
+                record["count"] = reply.body.get("count") if reply.status == 200 else f"{reply.status}: {reply.body}"
+                return record
+
+        flags = [asyncio.Event() for _ in range(sessions)]
+        all_seeded = asyncio.get_running_loop().create_future()
+        tasks = [asyncio.create_task(one(START + number, flag, all_seeded)) for number, flag in enumerate(flags)]
+        await asyncio.gather(*(flag.wait() for flag in flags))
+        print("seeded", flush=True)
+        all_seeded.set_result(time.monotonic())
+        return await asyncio.gather(*tasks)
+
+
+def get(urls: list[str], requests: int) -> list[list[str]]:
+    bodies: list[list[str]] = []
+    for url in urls:
+        bodies.append([])
+        for _ in range(requests):
+            with urllib.request.urlopen(url, timeout=REQUEST_TIMEOUT_SECONDS) as reply:
+                bodies[-1].append(reply.read().decode())
+    return bodies
+
+
+async def refused(urls: list[str]) -> dict[str, Any]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+
+        async def one(url: str) -> Any:
+            try:
+                async with http.post(url + "/seed_session", json={"initial_count": START}, timeout=aiohttp.ClientTimeout(total=10)) as reply:
+                    return reply.status
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as error:
+                return repr(error)
+
+        return dict(zip(urls, await asyncio.gather(*(one(url) for url in urls))))
+
+
+def main() -> None:
+    mode, args = sys.argv[1], json.loads(sys.argv[2])
+    if mode == "episodes":
+        result: Any = episodes(**args)
+    elif mode == "sessions":
+        result = asyncio.run(sessions(**args))
+    elif mode == "get":
+        result = get(**args)
+    else:
+        result = asyncio.run(refused(**args))
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
