@@ -11,7 +11,8 @@ A host's mount namespace is held by a holder process (``sleep infinity``) that s
 machine itself: ``Host.run`` starts a command inside the host's network and mount namespaces, and a
 whole-host ``kill`` or ``freeze`` signals every process of the host except its holder, found from
 /proc (those in the host's network namespace, and the descendants of what ``run`` started), never by
-name. ``close`` kills every process by PID, then removes the namespaces and with them the links.
+name. ``close`` kills every process by PID, then removes the namespaces and with them the links; a
+new ``Hosts`` first removes those of an earlier run whose test process is gone.
 
 ``start_gym`` runs ``gym env start`` inside a host; ``start_balancer`` runs HAProxy round robin,
 with a new connection to a server for every request.
@@ -23,6 +24,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -35,6 +37,7 @@ import yaml
 
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.env import STATE_DIR_ENV
+from nemo_gym.process.launcher import children
 
 SUBNETS = ipaddress.ip_network("10.231.0.0/16")
 # The bridge's namespace, and the bridge in it.
@@ -100,14 +103,24 @@ def is_running(pid: int) -> bool:
 def descendants(pid: int) -> set[int]:
     found, todo = set(), [pid]
     while todo:
-        parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*") if Path(f"/proc/{parent}/task").exists() else []:
-            with contextlib.suppress(OSError):
-                for child in (task / "children").read_text().split():
-                    if int(child) not in found:
-                        found.add(int(child))
-                        todo.append(int(child))
+        new = children(todo.pop()) - found
+        found |= new
+        todo.extend(new)
     return found
+
+
+def sweep_stale() -> None:
+    """Remove the hosts of an earlier run whose test process is gone (killed before it could clean up)."""
+    for netns in os.listdir("/run/netns") if os.path.isdir("/run/netns") else []:
+        match = re.fullmatch(r"ngt(\d+)-(.+)", netns)
+        if match and not Path(f"/proc/{match[1]}").exists():
+            inode = os.stat(f"/run/netns/{netns}").st_ino
+            for pid in os.listdir("/proc"):
+                if pid.isdigit() and netns_inode(pid) == inode:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+            with contextlib.suppress(RuntimeError):
+                ip("netns", "del", netns)
 
 
 def free_subnet() -> ipaddress.IPv4Network:
@@ -218,6 +231,7 @@ class Hosts:
         if os.geteuid() != 0:
             raise HostsUnavailable("network namespaces need root")
         try:
+            sweep_stale()
             self._add_netns(SWITCH)
         except (RuntimeError, OSError, subprocess.SubprocessError) as error:
             raise HostsUnavailable(f"cannot make a network namespace: {error}") from None

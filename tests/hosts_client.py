@@ -5,12 +5,12 @@
 - ``episodes``: ``{"client", "url", "episodes"}``: counter episodes of one standard client
   (resources_servers/example_session_state_mgmt/standard_clients.py), a new connection per request;
   the list of their results.
-- ``sessions``: ``{"url", "sessions", "seconds", "think"}``: seeds that many counter sessions (aiohttp,
-  a new connection per request), prints ``seeded`` and then adds 1 to each session every ``think``
-  seconds for ``seconds``. A 503 is waited out (its Retry-After, at most ``think``) and the step tried
-  again; a 410 or any other status ends the session. Then each session not ended reads its count.
-  Per session: the Cookie header it sent last, its start, each step's ``[seconds since seeded,
-  status, Retry-After, detail]`` and the count read back.
+- ``sessions``: ``{"url", "sessions", "seconds", "think"}``: seeds that many counter sessions and adds 1
+  to each (aiohttp, a new connection per request), prints ``ready``, waits for a line on stdin, then
+  adds 1 to each session every ``think`` seconds for ``seconds``. A 503 is waited out (its
+  Retry-After, at most ``think``) and the step tried again; a 410 or any other status ends the
+  session. Then each session not ended reads its count. Per session: its start, the Cookie header it
+  sent last, each request's ``[path, status, Retry-After, detail]`` and the count read back.
 - ``get``: ``{"urls", "requests"}``: to each URL in turn, that many GETs one after the other, each on a new
   connection; their bodies, a list per URL.
 - ``refused``: ``{"urls"}``: POSTs a seed request to each URL; per URL its status, or the connection error.
@@ -22,7 +22,6 @@ import asyncio
 import json
 import sys
 import time
-import urllib.error
 import urllib.request
 from typing import Any
 
@@ -40,23 +39,30 @@ def episodes(client: str, url: str, episodes: int) -> list[dict[str, Any]]:
 
 async def sessions(url: str, sessions: int, seconds: float, think: float) -> list[dict[str, Any]]:
     async with shared_aiohttp(replace=False)(url, True) as open_session:
+        go = asyncio.Event()
 
-        async def one(start: int, seeded: asyncio.Event, all_seeded: asyncio.Future) -> dict[str, Any]:
+        async def one(start: int, ready: asyncio.Event) -> dict[str, Any]:
             async with open_session() as post:
-                reply = await post("/seed_session", {"initial_count": start})
-                record: dict[str, Any] = {"start": start, "seed": reply.status, "steps": [], "count": None}
-                seeded.set()
-                began = await all_seeded
-                if reply.status != 200:
-                    return record
-                while time.monotonic() - began < seconds:
-                    reply = await post("/increment_counter", {"count": 1})
+                record: dict[str, Any] = {"start": start, "steps": [], "count": None, "cookie": None}
+
+                async def step(path: str, body: dict) -> int:
+                    reply = await post(path, body)
                     detail = reply.body.get("detail") if isinstance(reply.body, dict) else reply.body
-                    record["steps"].append([time.monotonic() - began, reply.status, reply.retry_after, detail])
-                    record["cookie"] = reply.sent_cookie
-                    if reply.status == 503:
-                        await asyncio.sleep(min(float(reply.retry_after or think), think))
-                    elif reply.status == 200:
+                    record["steps"].append([path, reply.status, reply.retry_after, detail])
+                    record["cookie"] = reply.sent_cookie or record["cookie"]
+                    return reply.status
+
+                first = await step("/seed_session", {"initial_count": start}) == 200 and await step("/increment_counter", {"count": 1}) == 200
+                ready.set()
+                await go.wait()
+                if not first:
+                    return record
+                began = time.monotonic()
+                while time.monotonic() - began < seconds:
+                    status = await step("/increment_counter", {"count": 1})
+                    if status == 503:
+                        await asyncio.sleep(min(float(record["steps"][-1][2] or think), think))
+                    elif status == 200:
                         await asyncio.sleep(think)
                     else:
                         return record
@@ -65,11 +71,11 @@ async def sessions(url: str, sessions: int, seconds: float, think: float) -> lis
                 return record
 
         flags = [asyncio.Event() for _ in range(sessions)]
-        all_seeded = asyncio.get_running_loop().create_future()
-        tasks = [asyncio.create_task(one(START + number, flag, all_seeded)) for number, flag in enumerate(flags)]
+        tasks = [asyncio.create_task(one(START + number, flag)) for number, flag in enumerate(flags)]
         await asyncio.gather(*(flag.wait() for flag in flags))
-        print("seeded", flush=True)
-        all_seeded.set_result(time.monotonic())
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        go.set()
         return await asyncio.gather(*tasks)
 
 
