@@ -162,11 +162,12 @@ class Host:
 
     def processes(self) -> set[int]:
         """Every running process of this host but its holder: those in its network namespace, and every
-        descendant of a process ``run`` started."""
+        descendant of a process ``run`` started that has not ended (an ended one's PID may be another's now)."""
         inode = os.stat(f"/run/netns/{self.netns}").st_ino
         found = {int(pid) for pid in os.listdir("/proc") if pid.isdigit() and netns_inode(pid) == inode}
         for process in self.started:
-            found |= {process.pid} | descendants(process.pid)
+            if process.poll() is None:
+                found |= {process.pid} | descendants(process.pid)
         found.discard(self.holder.pid)
         return {pid for pid in found if is_running(pid)}
 
