@@ -15,7 +15,8 @@ name. ``close`` kills every process by PID, then removes the namespaces and with
 new ``Hosts`` first removes those of an earlier run whose test process is gone.
 
 ``start_gym`` runs ``gym env start`` inside a host; ``start_balancer`` runs HAProxy round robin,
-with a new connection to a server for every request.
+with a new connection to a server for every request; ``run_client`` runs the test client
+(tests/hosts_client.py) inside a host.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -52,6 +54,7 @@ HOLDER_SCRIPT = """mount -t tmpfs -o mode=1777 tmpfs /tmp && printf '%s' "$1" > 
 && rm /tmp/hosts && echo ready && exec sleep infinity"""
 TCP_LISTEN = "0A"
 GYM_READY = "All servers are up."
+CLIENT_MODULE = "tests.hosts_client"
 GYM_LOG_TAIL_LINES = 40
 BALANCER_CONFIG = """global
     maxconn 4000
@@ -335,7 +338,12 @@ def start_balancer(host: Host, port: int, servers: list[tuple[str, int]]) -> sub
     return process
 
 
-def run_json(host: Host, args: list[str], timeout: float) -> object:
+def run_client(host: Host, mode: str, args: dict, timeout: float) -> Any:
+    """The test client (``python -m tests.hosts_client MODE ARGS``) run on ``host``: its JSON result."""
+    return run_json(host, ["-m", CLIENT_MODULE, mode, json.dumps(args)], timeout)
+
+
+def run_json(host: Host, args: list[str], timeout: float) -> Any:
     """Run ``python ARGS`` on ``host`` and read the JSON it prints last."""
     process = host.python(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

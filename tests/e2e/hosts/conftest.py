@@ -43,11 +43,13 @@ def lan() -> Iterator[Hosts]:
 
 @dataclass
 class ReplicaSet:
+    """One server's replicas on several hosts, and how the tests reach them."""
+
     lan: Hosts
-    replicas: list[Host]
-    url: str  # the balancer's, by name: what the client uses
-    instance: str
-    secret: str
+    replicas: list[Host]  # the hosts the replicas run on
+    url: str  # the balancer's, by name (aiohttp's jar keeps no cookie from an IP address): what the client uses
+    instance: str  # the instance name, which names its session cookie
+    secret: str  # the session_secret of every replica, which reads the cookie's owner
     peer_dead_after_seconds: float
 
     @property
@@ -56,6 +58,7 @@ class ReplicaSet:
 
 
 def counter_config(host: Host) -> dict:
+    """The counter's config on ``host``: in memory (a killed host's sessions are gone with it)."""
     settings = {
         "host": host.address,
         "port": PUBLIC_PORT,

@@ -7,7 +7,6 @@ The whole-host kill runs last: it takes h3 down.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections import Counter
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.hosts.conftest import REPLICA_HOSTS
-from tests.hosts import is_running, run_json, start_balancer
+from tests.hosts import is_running, run_client, run_json, start_balancer
 
 PORT = 8000
 REQUESTS = 30
@@ -87,7 +86,7 @@ def test_a_unix_socket_made_in_one_hosts_tmp_is_not_visible_from_another(lan):
 
 def get(host, urls: list[str], requests: int = 1) -> list[list[str]]:
     """The bodies of ``requests`` GETs to each URL, sent from ``host``."""
-    return run_json(host, ["-m", "tests.hosts_client", "get", json.dumps({"urls": urls, "requests": requests})], 60)
+    return run_client(host, "get", {"urls": urls, "requests": requests}, 60)
 
 
 def test_hosts_reach_each_other_by_address_and_by_name(whoami):

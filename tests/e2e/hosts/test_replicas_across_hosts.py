@@ -20,7 +20,7 @@ import pytest
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import session_cookie_name
 from tests.e2e.hosts.conftest import PUBLIC_PORT
-from tests.hosts import run_json
+from tests.hosts import CLIENT_MODULE, run_client
 from tests.session_cookies import session_of
 
 EPISODES = 200
@@ -40,7 +40,7 @@ NOT_BUILT = pytest.mark.xfail(strict=True, reason="replicas across hosts: routin
 @pytest.mark.parametrize("client", CLIENTS)
 def test_every_counter_episode_of_every_standard_client_keeps_its_count_across_three_hosts(replicas, client):
     args = {"client": client, "url": replicas.url, "episodes": EPISODES}
-    results = run_json(replicas.client, ["-m", "tests.hosts_client", "episodes", json.dumps(args)], EPISODES_TIMEOUT_SECONDS)
+    results = run_client(replicas.client, "episodes", args, EPISODES_TIMEOUT_SECONDS)
     errors = [result["error"] for result in results if "error" in result]
     assert sum(result["reward"] == 1.0 for result in results) == EPISODES, (len(errors), errors[:3])
 
@@ -52,7 +52,7 @@ def test_no_port_of_a_host_but_the_public_one_serves_a_request_from_outside_the_
         for port in sorted({port for _, port in host.listening()} - {PUBLIC_PORT})
     ]
     assert urls, "every host listens on its head endpoint's port at least"
-    outcomes = run_json(replicas.client, ["-m", "tests.hosts_client", "refused", json.dumps({"urls": urls})], 60)
+    outcomes = run_client(replicas.client, "refused", {"urls": urls}, 60)
     served = {url: outcome for url, outcome in outcomes.items() if not (outcome == 401 or isinstance(outcome, str))}
     assert served == {}
 
@@ -69,11 +69,13 @@ def run_sessions(replicas, sessions: int, seconds: float, while_ready) -> list[d
     sessions seeded and each added to once); each session's record (tests/hosts_client.py)."""
     args = {"url": replicas.url, "sessions": sessions, "seconds": seconds, "think": THINK_SECONDS}
     client = replicas.client.python(
-        "-m", "tests.hosts_client", "sessions", json.dumps(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        "-m", CLIENT_MODULE, "sessions", json.dumps(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         ready, _, _ = select.select([client.stdout], [], [], READY_TIMEOUT_SECONDS)
-        assert ready and client.stdout.readline() == "ready\n", client.stderr.read()[-3000:]
+        if not (ready and client.stdout.readline() == "ready\n"):
+            client.kill()
+            raise AssertionError(f"the client's sessions were not seeded:\n{client.communicate()[1][-3000:]}")
         while_ready(client)
         out, err = client.communicate(timeout=seconds + READY_TIMEOUT_SECONDS)
     finally:
