@@ -3,7 +3,7 @@
 The counter at 2 workers runs on each of h1, h2 and h3 (network-namespace hosts, tests/hosts.py),
 each with ``host`` its own address and the same ``session_secret``, started once for the module
 (the ``replicas`` fixture). The test client runs in a host of its own. A session belongs to the host
-whose address its owner (in the signed cookie) names. The whole-host kill runs last: it takes h3 down.
+whose address its signed cookie names (the owner replica). The whole-host kill runs last: it takes h3 down.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from http.cookies import SimpleCookie
 
 import pytest
 
-from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import session_cookie_name
 from tests.e2e.hosts.conftest import PUBLIC_PORT
 from tests.hosts import CLIENT_MODULE, run_client
@@ -58,10 +57,10 @@ def test_no_port_of_a_host_but_the_public_one_serves_a_request_from_outside_the_
 
 
 def owner_host(replicas, record: dict) -> str | None:
-    """The name of the host whose address the session's owner names (None: no host's)."""
+    """The name of the host whose address the session's signed cookie names (None: no host's)."""
     cookie = SimpleCookie(record["cookie"] or "").get(session_cookie_name(replicas.instance))
-    owner = str(session_of(replicas.secret, cookie.value).get(OWNER_KEY)) if cookie else ""
-    return next((host.name for host in replicas.replicas if re.search(rf"(?<![\d.]){re.escape(host.address)}(?!\d)", owner)), None)
+    session = json.dumps(session_of(replicas.secret, cookie.value)) if cookie else ""
+    return next((host.name for host in replicas.replicas if re.search(rf"(?<![\d.]){re.escape(host.address)}(?!\d)", session)), None)
 
 
 def run_sessions(replicas, sessions: int, seconds: float, while_ready) -> list[dict]:
