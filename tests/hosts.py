@@ -11,7 +11,7 @@ A host's mount namespace is held by a holder process (``sleep infinity``) that s
 machine itself: ``Host.run`` starts a command inside the host's network and mount namespaces, and a
 whole-host ``kill`` or ``freeze`` signals every process of the host except its holder, found from
 /proc (those in the host's network namespace, and the descendants of what ``run`` started), never by
-name. ``close`` kills every process by PID, then removes the namespaces and with them the links; a
+name; ``unplug`` cuts the host off the bridge. ``close`` kills every process by PID, then removes the namespaces and with them the links; a
 new ``Hosts`` first removes those of an earlier run whose test process is gone.
 
 ``start_gym`` runs ``gym env start`` inside a host; ``start_balancer`` runs HAProxy round robin,
@@ -61,8 +61,9 @@ BALANCER_CONFIG = """global
 defaults
     mode http
     timeout connect 2s
-    timeout client 120s
-    timeout server 120s
+    # Longer than the tests' 10 s freeze of a host; a request no server answers in time gets 504.
+    timeout client 30s
+    timeout server 30s
     # A new connection to a server for every request: no connection of one request serves another.
     http-reuse never
     option http-server-close
@@ -143,6 +144,9 @@ class Host:
     name: str
     netns: str
     address: str
+    # The bridge's namespace, and this host's port on the bridge.
+    switch: str
+    switch_port: str
     holder: subprocess.Popen | None = None
     started: list[subprocess.Popen] = field(default_factory=list)
 
@@ -189,6 +193,11 @@ class Host:
             for process in self.started:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=0.1)
+
+    def unplug(self) -> None:
+        """Take the host's port on the bridge down: no packet reaches it or leaves it, nothing answers for it
+        (not even a refusal), as for a host that lost power or its network."""
+        ip("-n", self.switch, "link", "set", self.switch_port, "down")
 
     def freeze(self) -> None:
         self.signal_all(signal.SIGSTOP)
@@ -269,7 +278,7 @@ class Hosts:
             ip("-n", switch, "link", "set", port, "up")
             ip("-n", netns, "addr", "add", f"{address}/{subnet.prefixlen}", "dev", HOST_INTERFACE)
             ip("-n", netns, "link", "set", HOST_INTERFACE, "up")
-            self.hosts[name] = Host(name, netns, str(address))
+            self.hosts[name] = Host(name, netns, str(address), switch, port)
         etc_hosts = "127.0.0.1 localhost\n" + "".join(f"{host.address} {host.name}\n" for host in self.hosts.values())
         for host in self.hosts.values():
             host.holder = subprocess.Popen(

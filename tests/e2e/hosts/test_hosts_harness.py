@@ -1,8 +1,8 @@
 """The network-namespace hosts themselves (tests/hosts.py): separate /tmp and sockets, reachable by address,
 HAProxy round robin over them, and a whole-host kill that leaves no process of the host.
 
-A tiny HTTP server on each of h1, h2, h3 answers every GET with the address the connection reached.
-The whole-host kill runs last: it takes h3 down.
+A tiny HTTP server on each of h1, h2, h3 answers every GET with the address the connection reached
+(and a POST with 501). The last two tests take h2 off the network and h3 down.
 """
 
 from __future__ import annotations
@@ -102,6 +102,14 @@ def test_haproxy_spreads_new_connections_round_robin_over_the_three_hosts(whoami
     addresses = {whoami[name].address for name in REPLICA_HOSTS}
     assert Counter(bodies) == {address: REQUESTS // 3 for address in addresses}
     assert all(bodies[number] == bodies[number % 3] for number in range(REQUESTS)), bodies
+
+
+def test_an_unplugged_host_answers_no_one_not_even_with_a_refusal(whoami):
+    """Takes h2 off the network."""
+    whoami["h2"].unplug()
+    urls = [f"http://{name}:{PORT}" for name in ("h1", "h2")]
+    outcomes = run_client(whoami["client"], "refused", {"urls": urls}, 60)
+    assert outcomes[urls[0]] == 501 and "TimeoutError" in outcomes[urls[1]], outcomes
 
 
 def test_a_whole_host_kill_leaves_no_process_of_that_host(whoami):

@@ -3,7 +3,8 @@
 The counter at 2 workers runs on each of h1, h2 and h3 (network-namespace hosts, tests/hosts.py),
 each with ``host`` its own address and the same ``session_secret``, started once for the module
 (the ``replicas`` fixture). The test client runs in a host of its own. A session belongs to the host
-whose address its signed cookie names (the owner replica). The whole-host kill runs last: it takes h3 down.
+whose address its signed cookie names (the owner replica). The last two tests take hosts down: the
+whole-host kill h3, then the power-off h1.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ CLIENTS = ["aiohttp_jar", "httpx_jar", "requests_session", "urllib_cookiejar", "
 EPISODES_TIMEOUT_SECONDS = 300
 FREEZE_SECONDS = 10
 FROZEN_SESSIONS = 60
-KILLED_SESSIONS = 200
+DOWN_SESSIONS = 200
 THINK_SECONDS = 1.0
 # Beyond the bound itself, the seconds a killed host's sessions have to get their 410, on two shared cores.
 SLACK_SECONDS = 5
@@ -118,24 +119,50 @@ def test_a_host_frozen_for_ten_seconds_loses_none_of_its_sessions(replicas):
     assert frozen_sessions and all(statuses(record)[-1] == 200 for record in frozen_sessions)
 
 
-@NOT_BUILT
-def test_a_killed_hosts_sessions_get_503_then_410_naming_it_and_every_other_session_keeps_its_count(replicas):
-    """Runs last: h3 stays down."""
-    killed = replicas.lan["h3"]
+def assert_lost_and_kept(replicas, records: list[dict], gone, after: str) -> None:
+    """The sessions of the host ``gone`` saw statuses matching ``after`` once it went (the last a 410 that
+    names it; every 503 with Retry-After), and every other session kept its count."""
+    others = [record for record in records if owner_host(replicas, record) != gone.name]
+    not_kept = {r["start"]: statuses(r) for r in others if set(statuses(r)) != {200} or r["count"] != r["start"] + increments(r, 200)}
+    assert not_kept == {}
+    lost = [record for record in records if owner_host(replicas, record) == gone.name]
+    assert lost and others
+    seen = {r["start"]: "".join(f"{status} " for status in statuses(r)[2:]) for r in lost}
+    assert {start: after_down for start, after_down in seen.items() if not re.fullmatch(after, after_down)} == {}
+    assert [step for r in lost for step in r["steps"] if step[1] == 503 and not step[2]] == []
+    details = [r["steps"][-1][3] for r in lost]
+    assert all(gone.address in str(detail) for detail in details), details[:3]
 
-    def kill(client) -> None:
-        killed.kill()
+
+def run_until_dead(replicas, take_down) -> list[dict]:
+    """Sessions through the balancer; once seeded, ``take_down()``, then steps until the bound is over."""
+
+    def down_then_go(client) -> None:
+        take_down()
         client.stdin.write("go\n")
         client.stdin.flush()
 
-    records = run_sessions(replicas, KILLED_SESSIONS, replicas.peer_dead_after_seconds + SLACK_SECONDS, kill)
+    return run_sessions(replicas, DOWN_SESSIONS, replicas.peer_dead_after_seconds + SLACK_SECONDS, down_then_go)
+
+
+@NOT_BUILT
+def test_a_killed_hosts_sessions_get_410_naming_it_and_every_other_session_keeps_its_count(replicas):
+    """Every process of h3 SIGKILLed, its kernel still refusing connections; h3 stays down."""
+    killed = replicas.lan["h3"]
+    records = run_until_dead(replicas, killed.kill)
     assert killed.processes() == set()
-    others = [record for record in records if owner_host(replicas, record) != killed.name]
-    not_kept = {r["start"]: statuses(r) for r in others if set(statuses(r)) != {200} or r["count"] != r["start"] + increments(r, 200)}
-    assert not_kept == {}
-    lost = [record for record in records if owner_host(replicas, record) == killed.name]
-    assert lost and len(others) > len(lost)
-    after_kill = {r["start"]: "".join(f"{status} " for status in statuses(r)[2:]) for r in lost}
-    assert {start: seen for start, seen in after_kill.items() if not re.fullmatch(r"(503 )*410 ", seen)} == {}
-    details = [r["steps"][-1][3] for r in lost]
-    assert all(killed.address in str(detail) for detail in details), details[:3]
+    assert_lost_and_kept(replicas, records, killed, r"(503 )*410 ")
+
+
+@NOT_BUILT
+def test_a_host_gone_from_the_network_has_its_sessions_answered_503_then_410_naming_it_and_the_others_kept(replicas):
+    """After the kill of h3: h1 unplugged (nothing answers for it, not even a refusal) and every process of
+    it SIGKILLed, as a host that lost power; h2 keeps serving."""
+    gone = replicas.lan["h1"]
+
+    def power_off() -> None:
+        gone.unplug()
+        gone.kill()
+
+    records = run_until_dead(replicas, power_off)
+    assert_lost_and_kept(replicas, records, gone, r"(503 )+410 ")
