@@ -13,7 +13,8 @@
   sent last, each request's ``[path, status, Retry-After, detail]`` and the count read back.
 - ``get``: ``{"urls", "requests"}``: to each URL in turn, that many GETs one after the other, each on a new
   connection; their bodies, a list per URL.
-- ``refused``: ``{"urls"}``: POSTs a seed request to each URL; per URL its status, or the connection error.
+- ``refused``: ``{"urls", "timeout"}``: POSTs a seed request to each URL, each given ``timeout`` seconds;
+  per URL its status, or the connection error.
 """
 
 from __future__ import annotations
@@ -89,12 +90,12 @@ def get(urls: list[str], requests: int) -> list[list[str]]:
     return bodies
 
 
-async def refused(urls: list[str]) -> dict[str, Any]:
+async def refused(urls: list[str], timeout: float) -> dict[str, Any]:
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
 
         async def one(url: str) -> Any:
             try:
-                async with http.post(url + "/seed_session", json={"initial_count": START}, timeout=aiohttp.ClientTimeout(total=10)) as reply:
+                async with http.post(url + "/seed_session", json={"initial_count": START}, timeout=aiohttp.ClientTimeout(total=timeout)) as reply:
                     return reply.status
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as error:
                 return repr(error)

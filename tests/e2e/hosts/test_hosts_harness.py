@@ -108,7 +108,7 @@ def test_an_unplugged_host_answers_no_one_not_even_with_a_refusal(whoami):
     """Takes h2 off the network."""
     whoami["h2"].unplug()
     urls = [f"http://{name}:{PORT}" for name in ("h1", "h2")]
-    outcomes = run_client(whoami["client"], "refused", {"urls": urls}, 60)
+    outcomes = run_client(whoami["client"], "refused", {"urls": urls, "timeout": 2}, 60)
     assert outcomes[urls[0]] == 501 and "TimeoutError" in outcomes[urls[1]], outcomes
 
 

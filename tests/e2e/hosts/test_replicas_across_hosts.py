@@ -52,7 +52,7 @@ def test_no_port_of_a_host_but_the_public_one_serves_a_request_from_outside_the_
         for port in sorted({port for _, port in host.listening()} - {PUBLIC_PORT})
     ]
     assert urls, "every host listens on its head endpoint's port at least"
-    outcomes = run_client(replicas.client, "refused", {"urls": urls}, 60)
+    outcomes = run_client(replicas.client, "refused", {"urls": urls, "timeout": 30}, 60)
     served = {url: outcome for url, outcome in outcomes.items() if not (outcome == 401 or isinstance(outcome, str))}
     assert served == {}
 
