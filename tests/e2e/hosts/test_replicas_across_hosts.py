@@ -65,8 +65,10 @@ def owner_host(replicas, record: dict) -> str | None:
 
 
 def run_sessions(replicas, sessions: int, seconds: float, while_ready) -> list[dict]:
-    """Counter sessions run by the client's host for ``seconds`` after ``while_ready()`` returns (its
-    sessions seeded and each added to once); each session's record (tests/hosts_client.py)."""
+    """Counter sessions run from the client's host; each session's record (tests/hosts_client.py).
+
+    Once every session is seeded and added to once, ``while_ready(client)`` is called; the sessions go
+    on for ``seconds`` from the line it writes to the client's stdin."""
     args = {"url": replicas.url, "sessions": sessions, "seconds": seconds, "think": THINK_SECONDS}
     client = replicas.client.python(
         "-m", CLIENT_MODULE, "sessions", json.dumps(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -95,6 +97,7 @@ def increments(record: dict, status: int) -> int:
 
 @NOT_BUILT
 def test_a_host_frozen_for_ten_seconds_loses_none_of_its_sessions(replicas):
+    """h2 SIGSTOPped for 10 s while sessions run, then SIGCONTed: no session ends, every count is kept."""
     frozen = replicas.lan["h2"]
 
     def freeze_ten_seconds(client) -> None:
