@@ -1,0 +1,120 @@
+"""The test client of the network-namespace hosts (tests/hosts.py), run inside the client's own host.
+
+``python -m tests.hosts_client MODE JSON`` prints one JSON line, its result:
+
+- ``episodes``: ``{"client", "url", "episodes"}``: counter episodes of one standard client
+  (resources_servers/example_session_state_mgmt/standard_clients.py), a new connection per request;
+  the list of their results.
+- ``sessions``: ``{"url", "sessions", "seconds", "think"}``: seeds that many counter sessions and adds 1
+  to each (aiohttp, a new connection per request), prints ``ready``, waits for a line on stdin, then
+  adds 1 to each session every ``think`` seconds for ``seconds``. A 503 is waited out (its
+  Retry-After, at most ``think``) and the step tried again; a 410 or any other status ends the
+  session. Then each session not ended reads its count. Per session: its start, the Cookie header it
+  sent last, each request's ``[path, status, Retry-After, detail]`` and the count read back.
+- ``get``: ``{"urls", "requests"}``: to each URL in turn, that many GETs one after the other, each on a new
+  connection; their bodies, a list per URL.
+- ``refused``: ``{"urls", "timeout"}``: POSTs a seed request to each URL, each given ``timeout`` seconds;
+  per URL its status, or the connection error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import urllib.request
+from typing import Any
+
+import aiohttp
+
+from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes, shared_aiohttp
+
+START = 1000
+REQUEST_TIMEOUT_SECONDS = 60
+
+
+def episodes(client: str, url: str, episodes: int) -> list[dict[str, Any]]:
+    return asyncio.run(run_episodes(CLIENTS[client], url, [START + number for number in range(episodes)], True, episodes))
+
+
+async def sessions(url: str, sessions: int, seconds: float, think: float) -> list[dict[str, Any]]:
+    async with shared_aiohttp(replace=False)(url, True) as open_session:
+        go = asyncio.Event()
+
+        async def one(start: int, ready: asyncio.Event) -> dict[str, Any]:
+            async with open_session() as post:
+                record: dict[str, Any] = {"start": start, "steps": [], "count": None, "cookie": None}
+
+                async def step(path: str, body: dict) -> int:
+                    reply = await post(path, body)
+                    detail = reply.body.get("detail") if isinstance(reply.body, dict) else reply.body
+                    record["steps"].append([path, reply.status, reply.retry_after, detail])
+                    record["cookie"] = reply.sent_cookie or record["cookie"]
+                    return reply.status
+
+                first = await step("/seed_session", {"initial_count": start}) == 200 and await step("/increment_counter", {"count": 1}) == 200
+                ready.set()
+                await go.wait()
+                if not first:
+                    return record
+                began = time.monotonic()
+                while time.monotonic() - began < seconds:
+                    status = await step("/increment_counter", {"count": 1})
+                    if status == 503:
+                        await asyncio.sleep(min(float(record["steps"][-1][2] or think), think))
+                    elif status == 200:
+                        await asyncio.sleep(think)
+                    else:
+                        return record
+                reply = await post("/get_counter_value", {})
+                record["count"] = reply.body.get("count") if reply.status == 200 else f"{reply.status}: {reply.body}"
+                return record
+
+        flags = [asyncio.Event() for _ in range(sessions)]
+        tasks = [asyncio.create_task(one(START + number, flag)) for number, flag in enumerate(flags)]
+        await asyncio.gather(*(flag.wait() for flag in flags))
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        go.set()
+        return await asyncio.gather(*tasks)
+
+
+def get(urls: list[str], requests: int) -> list[list[str]]:
+    bodies: list[list[str]] = []
+    for url in urls:
+        bodies.append([])
+        for _ in range(requests):
+            with urllib.request.urlopen(url, timeout=REQUEST_TIMEOUT_SECONDS) as reply:
+                bodies[-1].append(reply.read().decode())
+    return bodies
+
+
+async def refused(urls: list[str], timeout: float) -> dict[str, Any]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+
+        async def one(url: str) -> Any:
+            try:
+                async with http.post(url + "/seed_session", json={"initial_count": START}, timeout=aiohttp.ClientTimeout(total=timeout)) as reply:
+                    return reply.status
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as error:
+                return repr(error)
+
+        return dict(zip(urls, await asyncio.gather(*(one(url) for url in urls))))
+
+
+def main() -> None:
+    mode, args = sys.argv[1], json.loads(sys.argv[2])
+    if mode == "episodes":
+        result: Any = episodes(**args)
+    elif mode == "sessions":
+        result = asyncio.run(sessions(**args))
+    elif mode == "get":
+        result = get(**args)
+    else:
+        result = asyncio.run(refused(**args))
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
