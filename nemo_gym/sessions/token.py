@@ -1,4 +1,4 @@
-"""The MCP session token: a signed payload naming a session (and, with several workers, its owner).
+"""The MCP session token: a signed payload naming a session (and, with several workers, its owner and its replica).
 
 CLI harnesses in sandboxes keep only this token, minted at ``/seed_session``, and send it in the
 ``X-NeMo-Gym-Session-Token`` header instead of a session cookie.
@@ -11,6 +11,7 @@ from typing import Any
 from itsdangerous import BadSignature, URLSafeSerializer
 
 from nemo_gym import SESSION_ID_KEY
+from nemo_gym.routing.replica import REPLICA_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 
 TOKEN_HEADER = "X-NeMo-Gym-Session-Token"
@@ -28,10 +29,13 @@ def token_serializer(secret: str) -> URLSafeSerializer:
     return URLSafeSerializer(secret, salt=TOKEN_SALT)
 
 
-def mint_token(serializer: URLSafeSerializer, session_id: str, owner: str | None) -> str:
+def mint_token(serializer: URLSafeSerializer, session_id: str, owner: str | None, replica: str | None = None) -> str:
+    """The token of a session, naming its owner (and, in a replica set, the owner's replica) if it has one."""
     payload: dict[str, Any] = {SESSION_ID_KEY: session_id}
     if owner is not None:
         payload[OWNER_KEY] = owner
+        if replica is not None:
+            payload[REPLICA_KEY] = replica
     return serializer.dumps(payload)
 
 
