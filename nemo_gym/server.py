@@ -288,11 +288,12 @@ class SimpleServer(BaseModel):
                 return
             # Other workers reach this one's sessions only once its own start-up is done.
             siblings_app = app if self._worker_id is not None else None
-            await stack.enter_async_context(self._transport.serving(self._worker_id or new_worker_id(), siblings_app, InputLimits.of(self.config)))
-            stack.push_async_callback(self._transport.close)
             if self._replicas is not None:
+                # Before the life name, which the launcher counts as ready: a ready worker takes the other replicas' forwards.
                 await stack.enter_async_context(self._replicas.serving(self._worker_id, self._router.from_replica, InputLimits.of(self.config)))
                 stack.push_async_callback(self._replicas.close)
+            await stack.enter_async_context(self._transport.serving(self._worker_id or new_worker_id(), siblings_app, InputLimits.of(self.config)))
+            stack.push_async_callback(self._transport.close)
             if self._placement is not None:
                 # Published once alive, so that a counter whose worker's name is free is a dead worker's.
                 self._placement.open()
