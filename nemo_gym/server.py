@@ -37,7 +37,7 @@ from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.lost import LostWithOwner
 from nemo_gym.routing.owner import OwnerReader
 from nemo_gym.routing.placement import Placement
-from nemo_gym.routing.replica import advertised_host, replica_address
+from nemo_gym.routing.replica import advertised_host, replica_address, replica_keys
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.transport import Transport, transport_class
 from nemo_gym.routing.transport.credentials import ReplicaCredentials
@@ -153,6 +153,11 @@ class SimpleServer(BaseModel):
         return self._replica
 
     @property
+    def replica_keys(self) -> dict[str, str | int] | None:
+        """What this replica's sessions and tokens carry besides their owner worker (``routing.replica``)."""
+        return None if self._replicas is None else replica_keys(self._replicas.replica, self._replicas.forward_port)
+
+    @property
     def replicas(self) -> TcpTransport | None:
         return self._replicas
 
@@ -209,7 +214,7 @@ class SimpleServer(BaseModel):
         nothing. Upstream's name: its servers that make a ``FastAPI()`` of their own call it."""
         if any(layer.cls in SESSION_LAYER for layer in app.user_middleware):
             return
-        app.add_middleware(SessionIdMiddleware, owner=self._worker_id, replica=self._replica)
+        app.add_middleware(SessionIdMiddleware, owner=self._worker_id, replica=self.replica_keys)
         app.add_middleware(SessionCookie, **self.session_options)
 
     @property
@@ -267,11 +272,11 @@ class SimpleServer(BaseModel):
     def replica_transport(self, port: int) -> TcpTransport:
         """The transport to the other replicas, of a replica whose forwarding port is ``port``."""
         config = self.config
-        replica = replica_address(advertised_host(config.host, config.advertise_host), port)
+        replica = replica_address(advertised_host(config.host, config.advertise_host), config.port)
         tls = (config.replica_tls_certfile, config.replica_tls_keyfile, config.replica_tls_ca_file)
         client_tls, server_tls = tls_contexts(*tls) if all(tls) else (None, None)
         credentials = ReplicaCredentials(self.secret)
-        return TcpTransport(credentials, replica, config.host, config.peer_dead_after_seconds, client_tls, server_tls)
+        return TcpTransport(credentials, replica, config.host, port, config.peer_dead_after_seconds, client_tls, server_tls)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:

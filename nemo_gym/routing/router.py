@@ -22,7 +22,7 @@ from nemo_gym.routing.forwarder import Forwarder, OwnerBusy, OwnerDied, OwnerGon
 from nemo_gym.routing.lost import Decision, ForwardTo, LostSessionPolicy, Reply, ServeHere, retry_later
 from nemo_gym.routing.owner import AmbiguousSession, OwnerReader, owner_of
 from nemo_gym.routing.placement import Placement
-from nemo_gym.routing.replica import owner_label, parse_replica, replica_of
+from nemo_gym.routing.replica import forward_address, owner_label, replica_of
 from nemo_gym.routing.transport.credentials import AUTH_HEADER_KEY
 from nemo_gym.routing.transport.private_server import CLIENT_HEADER
 from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY, TcpTransport
@@ -76,10 +76,11 @@ class SessionRouter:
             replica = replica_of(session)
             if replica is None or replica == self.replica or self.replicas is None:
                 await self.to_owner(owner, session, scope, receive, self.owners.keeping_session(scope, send))
-            elif parse_replica(replica) is not None:
-                await self.to_replica(owner, replica, session, scope, receive, self.owners.keeping_session(scope, send))
+            elif (address := forward_address(session)) is not None:
+                await self.to_replica(owner, replica, address, session, scope, receive, self.owners.keeping_session(scope, send))
             else:
-                response = JSONResponse(status_code=400, content={"detail": "the session names an owner replica that is not host:port"})
+                detail = "the session names an owner replica that is not host:port, or no forwarding port of it"
+                response = JSONResponse(status_code=400, content={"detail": detail})
                 await response(scope, receive, send)
         else:
             response = JSONResponse(status_code=400, content={"detail": "the session names an owner worker that is not a worker ID"})
@@ -109,8 +110,8 @@ class SessionRouter:
                     await response(scope, receive, send)
             return
 
-    async def to_replica(self, owner: str, replica: str, session: dict, scope: Scope, receive: Receive, send: Send) -> None:
-        """Forward to worker ``owner`` of another replica, with this replica's credential for it. A replica
+    async def to_replica(self, owner: str, replica: str, address: str, session: dict, scope: Scope, receive: Receive, send: Send) -> None:
+        """Forward to worker ``owner`` of another replica, at its forwarding ``address``, with a credential for it. A replica
         that does not answer gets a 503 with Retry-After, until the transport counts it dead; for a dead one
         (or one that died with the request) the lost-session policy decides."""
         transport: TcpTransport = self.replicas.transport
@@ -119,15 +120,15 @@ class SessionRouter:
         credential = transport.credentials.header(scope, replica, owner)
         decision: Decision
         try:
-            await self.replicas.forward(replica, scope, receive, send, headers=(credential,))
+            await self.replicas.forward(address, scope, receive, send, headers=(credential,))
             return
         except OwnerGone as gone:
             receive = gone.replay or receive
-            decision = await self.lost.owner_gone(dead_replica_owner(owner, replica, transport), session)
+            decision = await self.lost.owner_gone(dead_replica_owner(owner, replica, address, transport), session)
         except OwnerDied:
-            decision = await self.lost.owner_died(dead_replica_owner(owner, replica, transport), session)
+            decision = await self.lost.owner_died(dead_replica_owner(owner, replica, address, transport), session)
         except OwnerBusy:
-            decision = Reply(silent_replica(owner, replica, self.replicas.busy_wait_seconds, transport.dead_after_seconds))
+            decision = Reply(silent_replica(owner, replica, address, self.replicas.busy_wait_seconds, transport.dead_after_seconds))
         match decision:
             case ForwardTo(owner=owner):
                 await self.to_owner(owner, session, scope, receive, send)
@@ -182,16 +183,16 @@ def busy_owner(owner: str, waited_seconds: float) -> JSONResponse:
     )
 
 
-def dead_replica_owner(owner: str, replica: str, transport: TcpTransport) -> str:
+def dead_replica_owner(owner: str, replica: str, address: str, transport: TcpTransport) -> str:
     """How a 410 names the owner of a replica counted dead, and why it counts so."""
-    silent = transport.silent_for(replica)
-    why = f"its host has not answered for {silent:.0f} s" if silent else "its host refused the connection: nothing listens there"
+    silent = transport.silent_for(address)
+    why = f"its host has not answered at {address} for {silent:.0f} s" if silent else f"its host refused the connection at {address}: nothing listens there"
     return f"{owner_label(owner, replica)} ({why})"
 
 
-def silent_replica(owner: str, replica: str, waited_seconds: float, dead_after_seconds: float) -> JSONResponse:
+def silent_replica(owner: str, replica: str, address: str, waited_seconds: float, dead_after_seconds: float) -> JSONResponse:
     return retry_later(
-        f"Replica {replica}, whose worker {owner} owns this session, has not answered for {waited_seconds:g} s; the "
+        f"Replica {replica}, whose worker {owner} owns this session, has not answered at {address} for {waited_seconds:g} s; the "
         f"session is kept unless its host stays silent for {dead_after_seconds:g} s (peer_dead_after_seconds). Retry later."
     )
 

@@ -15,7 +15,6 @@ from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.routing.replica import REPLICA_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 
 # Starlette's default, which upstream keeps: 14 days.
@@ -99,10 +98,10 @@ class SessionIdMiddleware:
     as upstream NeMo Gym's agents do, keeps its session. With several workers it also stamps the
     session with its owner, this worker, when the session has none yet: a new session, or one minted
     by a single-worker server, which this worker adopts; in a replica set, with its replica too
-    (``replica``, ``nemo_gym.routing.replica``).
+    (``replica``: its keys, ``nemo_gym.routing.replica``).
     """
 
-    def __init__(self, app: ASGIApp, owner: str | None = None, replica: str | None = None) -> None:
+    def __init__(self, app: ASGIApp, owner: str | None = None, replica: dict[str, str | int] | None = None) -> None:
         self.app = app
         self.owner = owner
         self.replica = replica
@@ -118,5 +117,5 @@ class SessionIdMiddleware:
             if self.owner is not None and OWNER_KEY not in session:
                 session[OWNER_KEY] = self.owner
                 if self.replica is not None:
-                    session[REPLICA_KEY] = self.replica
+                    session.update(self.replica)
         await self.app(scope, receive, send)

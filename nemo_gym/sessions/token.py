@@ -11,7 +11,6 @@ from typing import Any
 from itsdangerous import BadSignature, URLSafeSerializer
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.routing.replica import REPLICA_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 
 TOKEN_HEADER = "X-NeMo-Gym-Session-Token"
@@ -29,13 +28,13 @@ def token_serializer(secret: str) -> URLSafeSerializer:
     return URLSafeSerializer(secret, salt=TOKEN_SALT)
 
 
-def mint_token(serializer: URLSafeSerializer, session_id: str, owner: str | None, replica: str | None = None) -> str:
+def mint_token(serializer: URLSafeSerializer, session_id: str, owner: str | None, replica: dict[str, Any] | None = None) -> str:
     """The token of a session, naming its owner (and, in a replica set, the owner's replica) if it has one."""
     payload: dict[str, Any] = {SESSION_ID_KEY: session_id}
     if owner is not None:
         payload[OWNER_KEY] = owner
         if replica is not None:
-            payload[REPLICA_KEY] = replica
+            payload.update(replica)
     return serializer.dumps(payload)
 
 

@@ -92,9 +92,10 @@ class Authenticated:
 
 
 class TcpTransport:
-    """The ``Transport`` of one replica's worker to the other replicas, named by replica address (``host:port``).
+    """The ``Transport`` of one replica's worker to the other replicas, named by forwarding address (``host:port``).
 
-    ``replica`` is this replica's own address, ``bind_host`` where its forwarding port listens.
+    ``replica`` is this replica's own (public) address, which credentials name; its forwarding port
+    ``forward_port`` listens on ``bind_host``.
     ``client_tls`` and ``server_tls`` (both or neither) put TLS between the replicas.
     """
 
@@ -103,6 +104,7 @@ class TcpTransport:
         credentials: ReplicaCredentials,
         replica: str,
         bind_host: str,
+        forward_port: int,
         dead_after_seconds: float = PEER_DEAD_AFTER_SECONDS,
         client_tls: ssl.SSLContext | None = None,
         server_tls: ssl.SSLContext | None = None,
@@ -110,6 +112,7 @@ class TcpTransport:
         self.credentials = credentials
         self.replica = replica
         self.bind_host = bind_host
+        self.forward_port = forward_port
         self.dead_after_seconds = dead_after_seconds
         self.client_tls = client_tls
         self.server_tls = server_tls
@@ -188,9 +191,8 @@ class TcpTransport:
         if app is None:
             yield
             return
-        port = parse_replica(self.replica)[1]
         private = PrivateServer(app, limits, tls=self.server_tls, guard=lambda entrance: Authenticated(entrance, self.credentials, self.replica))
-        await private.start(reuse_port_socket(self.bind_host, port))
+        await private.start(reuse_port_socket(self.bind_host, self.forward_port))
         try:
             yield
         finally:

@@ -19,7 +19,7 @@ import pytest
 
 from nemo_gym.config import free_port
 from nemo_gym.process.launcher import children
-from nemo_gym.routing.replica import REPLICA_KEY
+from nemo_gym.routing.replica import REPLICA_KEY, forward_address
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import session_cookie_name
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes
@@ -84,6 +84,10 @@ def replica_of_cookie(cookie: dict[str, str]) -> str:
     return session_of(SECRET, cookie[COOKIE])[REPLICA_KEY]
 
 
+def forwarding_of_cookie(cookie: dict[str, str]) -> str:
+    return forward_address(session_of(SECRET, cookie[COOKIE]))
+
+
 def processes(launcher) -> list[int]:
     """The replica's server process and its workers."""
     main = launcher.processes[NAME].pid
@@ -109,7 +113,7 @@ def test_sessions_live_on_every_replica_and_every_worker(replica_set):
 def test_hostile_requests_to_a_forwarding_port_get_401_and_are_never_handled(replica_set):
     launchers, url = replica_set
     [cookie] = asyncio.run(seed(launchers[0].instances[NAME].url, 1, start=10))
-    forward = f"http://{replica_of_cookie(cookie)}"
+    forward = f"http://{forwarding_of_cookie(cookie)}"
     now = int(time.time())
     worker = session_of(SECRET, cookie[COOKIE])[OWNER_KEY]
     hostile = {

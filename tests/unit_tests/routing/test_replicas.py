@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import pytest
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.routing.replica import REPLICA_KEY
+from nemo_gym.config import free_port
+from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY
 from nemo_gym.routing.transport.base import Transport
 from nemo_gym.routing.transport.credentials import AUTH_HEADER, ReplicaCredentials
 from nemo_gym.routing.transport.tcp import claim_forward_port
@@ -45,7 +46,7 @@ class Replica:
 
     @property
     def forward_url(self) -> str:
-        return f"http://{self.address}"
+        return f"http://127.0.0.1:{self.claim.getsockname()[1]}"
 
     async def stop(self) -> None:
         for worker in self.workers:
@@ -65,8 +66,10 @@ async def replica_set(count: int = 2, workers: int = 2, **settings) -> AsyncIter
             claim = claim_forward_port("127.0.0.1")
             replica = Replica([], claim, socket_dir)
             replicas.append(replica)
+            # The replica's public address, its identity (its in-process workers each listen on a port of their own).
+            identity = free_port()
             for _ in range(workers):
-                worker = Worker(name, workers, socket_dir, session_secret=secret, forward_port=claim.getsockname()[1], **settings)
+                worker = Worker(name, workers, socket_dir, session_secret=secret, port=identity, forward_port=claim.getsockname()[1], **settings)
                 replica.workers.append(await worker.start())
         yield replicas, caller
     finally:
@@ -98,7 +101,8 @@ async def test_a_session_names_its_replica_and_its_worker(two_replicas):
     a1 = r1.workers[0]
     cookies = await new_session(caller, a1)
     assert session(a1, cookies)[OWNER_KEY] == a1.server.worker_id
-    assert session(a1, cookies)[REPLICA_KEY] == r1.address == f"127.0.0.1:{r1.claim.getsockname()[1]}"
+    assert session(a1, cookies)[REPLICA_KEY] == r1.address == f"127.0.0.1:{a1.server.config.port}"
+    assert session(a1, cookies)[FORWARD_PORT_KEY] == r1.claim.getsockname()[1]
     assert r1.address != r2.address
     assert all(worker.server.replica == r1.address for worker in r1.workers)
 
@@ -130,7 +134,7 @@ async def test_an_mcp_token_alone_reaches_its_owner_on_another_replica(two_repli
     a1 = r1.workers[0]
     cookies = await new_session(caller, a1)
     session_id = session(a1, cookies)[SESSION_ID_KEY]
-    token = mint_token(token_serializer(a1.server.secret), session_id, a1.server.worker_id, a1.server.replica)
+    token = mint_token(token_serializer(a1.server.secret), session_id, a1.server.worker_id, a1.server.replica_keys)
     response = await caller.post(r2.workers[1], "/echo/x", headers={TOKEN_HEADER: token})
     assert (await response.json())["worker"] == a1.server.worker_id
 
@@ -267,7 +271,8 @@ async def test_a_silent_replica_gets_503_with_retry_after_until_peer_dead_after_
         with silent_listener() as listener:
             silent = f"127.0.0.1:{listener.getsockname()[1]}"
             owner = "c" * 16
-            cookie = signed_session(a1.server.secret, {SESSION_ID_KEY: "s-silent", OWNER_KEY: owner, REPLICA_KEY: silent})
+            named = {SESSION_ID_KEY: "s-silent", OWNER_KEY: owner, REPLICA_KEY: "127.0.0.1:1", FORWARD_PORT_KEY: listener.getsockname()[1]}
+            cookie = signed_session(a1.server.secret, named)
             statuses = []
             async with asyncio.timeout(60):
                 while not statuses or statuses[-1] == 503:
@@ -286,9 +291,10 @@ async def test_a_replica_that_answers_again_is_alive_again():
     async with replica_set(peer_dead_after_seconds=0.5) as ((r1, r2), caller):
         cookies = await new_session(caller, r1.workers[0])
         transport = r2.workers[0].server.replicas
-        transport.silent_since[r1.address] = asyncio.get_running_loop().time() - 0.2
+        forwarding = r1.forward_url.removeprefix("http://")
+        transport.silent_since[forwarding] = asyncio.get_running_loop().time() - 0.2
         assert await count_of(caller, r2.workers[0], cookies) == 2
-        assert r1.address not in transport.silent_since
+        assert forwarding not in transport.silent_since
 
 
 async def test_replica_credentials_are_refused_outside_their_window():
