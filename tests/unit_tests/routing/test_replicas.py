@@ -11,13 +11,16 @@ import asyncio
 import contextlib
 import os
 import secrets
+import shutil
 import socket
+import subprocess
 import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import aiohttp
 import pytest
 
 from nemo_gym import SESSION_ID_KEY
@@ -310,3 +313,33 @@ async def test_replica_credentials_are_refused_outside_their_window():
     late = credentials.mac(b"GET", b"/a?b=1", "h:1", worker, int(stamp) - 11)
     assert credentials.worker(f"{int(stamp) - 11} {worker} {late}".encode(), scope, "h:1") is None
 
+
+
+def make_certificates(directory: str) -> dict[str, str]:
+    """A CA and one certificate it signed for 127.0.0.1 (every replica here shows it): the TLS settings."""
+    def run(*argv: str) -> None:
+        subprocess.run(["openssl", *argv], check=True, capture_output=True, timeout=30)
+
+    path = {name: os.path.join(directory, name) for name in ("ca.key", "ca.pem", "r.key", "r.csr", "r.pem", "san.ext")}
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", path["ca.key"], "-out", path["ca.pem"], "-days", "1", "-subj", "/CN=replica-test-ca")
+    run("req", *ec, "-keyout", path["r.key"], "-out", path["r.csr"], "-subj", "/CN=replica")
+    with open(path["san.ext"], "w") as extensions:
+        extensions.write("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", path["r.csr"], "-CA", path["ca.pem"], "-CAkey", path["ca.key"], "-CAcreateserial",
+        "-out", path["r.pem"], "-days", "1", "-extfile", path["san.ext"])
+    return {"replica_tls_certfile": path["r.pem"], "replica_tls_keyfile": path["r.key"], "replica_tls_ca_file": path["ca.pem"]}
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make certificates")
+async def test_with_tls_between_replicas_forwards_cross_over_tls_and_plain_http_is_not_served(tmp_path):
+    async with replica_set(**make_certificates(str(tmp_path))) as ((r1, r2), caller):
+        owner = r1.workers[0]
+        cookies = await new_session(caller, owner)
+        assert await count_of(caller, r2.workers[0], cookies) == 2
+        scope = {"method": "POST", "path": "/increment", "query_string": b""}
+        name, value = ReplicaCredentials(owner.server.secret).header(scope, r1.address, owner.server.worker_id)
+        cookie = f"{owner.server.session_cookie}={cookies[owner.server.session_cookie]}"
+        with pytest.raises(aiohttp.ClientError):
+            await caller.http.post(r1.forward_url + "/increment", headers=[(name.decode(), value.decode()), ("Cookie", cookie)])
+        assert await count_of(caller, r2.workers[1], cookies) == 3
