@@ -24,6 +24,9 @@ import aiohttp
 import pytest
 
 from nemo_gym import SESSION_ID_KEY
+from nemo_gym.client.owner_pool import OwnerPool
+from nemo_gym.client.reading import cookie_header
+from nemo_gym.routing.worker import WORKER_HEADER
 from nemo_gym.config import free_port
 from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY
 from nemo_gym.routing.transport.base import Transport
@@ -71,8 +74,10 @@ async def replica_set(count: int = 2, workers: int = 2, **settings) -> AsyncIter
             replicas.append(replica)
             # The replica's public address, its identity (its in-process workers each listen on a port of their own).
             identity = free_port()
-            for _ in range(workers):
+            for index in range(workers):
                 worker = Worker(name, workers, socket_dir, session_secret=secret, port=identity, forward_port=claim.getsockname()[1], **settings)
+                if index == 0:
+                    worker.port = identity  # the replica's public address reaches its first worker
                 replica.workers.append(await worker.start())
         yield replicas, caller
     finally:
@@ -343,3 +348,37 @@ async def test_with_tls_between_replicas_forwards_cross_over_tls_and_plain_http_
         with pytest.raises(aiohttp.ClientError):
             await caller.http.post(r1.forward_url + "/increment", headers=[(name.decode(), value.decode()), ("Cookie", cookie)])
         assert await count_of(caller, r2.workers[1], cookies) == 3
+
+
+async def pool_increments(pool: OwnerPool, url: str, server: Worker, cookies: dict[str, str], times: int) -> list[tuple[str, int]]:
+    """Gym's owner pool sends ``/increment`` for the session, given ``url``: (worker that answered, count) each time."""
+    answers = []
+    async with aiohttp.ClientSession() as shared:
+        for _ in range(times):
+            response = await pool.request(
+                shared, server.server.name, cookies[server.server.session_cookie], "POST", url + "/increment", headers={"Cookie": cookie_header(cookies)}
+            )
+            answers.append((response.headers[WORKER_HEADER], (await response.json())["count"]))
+    await pool.close()
+    return answers
+
+
+async def test_gyms_client_sends_a_session_straight_to_its_owner_replica(two_replicas):
+    (r1, r2), caller = two_replicas
+    a1 = r1.workers[0]
+    cookies = await new_session(caller, a1)
+    answers = await pool_increments(OwnerPool(), r2.workers[0].url, a1, cookies, 4)
+    assert answers == [(a1.server.worker_id, count) for count in range(2, 6)]  # answered by the owner itself: no hop
+    assert all(worker.server.replicas.pools == {} for worker in r2.workers)  # nothing crossed from the other replica
+
+
+async def test_gyms_client_sends_to_the_url_it_was_given_when_the_owner_replica_takes_no_connection_from_it(two_replicas):
+    (r1, r2), caller = two_replicas
+    a1, b1 = r1.workers
+    cookies = await new_session(caller, b1)
+    await a1.stop()  # the replica's public address takes no connection now; its forwarding port still does (b1)
+    r2_entry = r2.workers[1]
+    pool = OwnerPool()
+    answers = await pool_increments(pool, r2_entry.url, b1, cookies, 2)
+    assert answers == [(r2_entry.server.worker_id, 2), (r2_entry.server.worker_id, 3)]
+    assert r1.address in pool.unreachable  # tried once, then not again for a while
