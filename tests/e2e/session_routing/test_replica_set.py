@@ -13,14 +13,16 @@ import secrets
 import shutil
 import signal
 import time
+from pathlib import Path
 
 import aiohttp
 import pytest
 
+from nemo_gym.client.owner_pool import OwnerPool
 from nemo_gym.config import free_port
 from nemo_gym.process.launcher import children
 from nemo_gym.routing.replica import REPLICA_KEY, forward_address
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER
 from nemo_gym.sessions.cookie import session_cookie_name
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes
 from scripts.bench.haproxy import HAProxy
@@ -94,6 +96,14 @@ def processes(launcher) -> list[int]:
     return [main, *children(main)]
 
 
+def dead(pid: int) -> bool:
+    """Gone, or a zombie (every socket of it closed)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 @pytest.mark.parametrize("client", CLIENT_NAMES)
 def test_every_episode_of_every_standard_client_keeps_its_count_through_round_robin_over_replicas(replica_set, client):
     _, url = replica_set
@@ -108,6 +118,36 @@ def test_sessions_live_on_every_replica_and_every_worker(replica_set):
     owners = [session_of(SECRET, cookie[COOKIE]) for cookie in asyncio.run(seed(url, 60))]
     assert len({owner[REPLICA_KEY] for owner in owners}) == REPLICAS
     assert len({(owner[REPLICA_KEY], owner[OWNER_KEY]) for owner in owners}) == REPLICAS * WORKERS
+
+
+def test_gyms_client_sends_each_session_to_its_owner_replica_and_crosses_no_host(replica_set):
+    """Given the balancer's URL, the owner pool sends a session's later requests to its owner replica's own
+    address: each is answered by a worker of that replica (the reply names the worker that took it)."""
+    _, url = replica_set
+
+    async def run() -> tuple[dict[str, str], list[tuple[str, str, str]]]:
+        replica_of_worker: dict[str, str] = {}
+        answered: list[tuple[str, str, str]] = []
+        pool = OwnerPool()
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as shared:
+            for start in range(60):
+                reply = await pool.request(shared, NAME, None, "POST", f"{url}/seed_session", json={"initial_count": start})
+                cookie = reply.cookies[COOKIE].value
+                owner = session_of(SECRET, cookie)
+                replica_of_worker[owner[OWNER_KEY]] = owner[REPLICA_KEY]
+                for _ in range(3):
+                    reply = await pool.request(
+                        shared, NAME, cookie, "POST", f"{url}/increment_counter", json={"count": 1}, headers={"Cookie": f"{COOKIE}={cookie}"}
+                    )
+                    assert reply.status == 200, await reply.text()
+                    answered.append((reply.headers[WORKER_HEADER], owner[REPLICA_KEY], owner[OWNER_KEY]))
+        await pool.close()
+        return replica_of_worker, answered
+
+    replica_of_worker, answered = asyncio.run(run())
+    assert all(replica_of_worker.get(worker) == replica for worker, replica, _ in answered)
+    direct = sum(worker == owner for worker, _, owner in answered)
+    print(f"Gym client across replicas: {direct}/{len(answered)} non-first requests answered by their owner worker (no hop)")
 
 
 def test_hostile_requests_to_a_forwarding_port_get_401_and_are_never_handled(replica_set):
@@ -163,8 +203,12 @@ def test_a_replica_killed_whole_gives_its_sessions_410_and_no_other_session_any(
     killed_cookies = asyncio.run(seed(killed.instances[NAME].url, 10, start=200))
     other_cookies = asyncio.run(seed(launchers[0].instances[NAME].url, 10, start=300))
     address = replica_of_cookie(killed_cookies[0])
-    for pid in processes(killed):
+    pids = processes(killed)
+    for pid in pids:
         os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while not all(dead(pid) for pid in pids) and time.monotonic() < deadline:  # a kill is done only once the kernel has closed its sockets
+        time.sleep(0.05)
     entry = launchers[2].instances[NAME].url
     lost = asyncio.run(add_and_read(entry, killed_cookies))
     assert [status for status, _ in lost] == [410] * 10
