@@ -35,7 +35,8 @@ from nemo_gym.routing.transport.tcp import claim_forward_port
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, token_serializer
 from tests.session_cookies import session_of, signed_session
-from tests.unit_tests.routing_workers import Caller, Worker, new_session
+from resources_servers.example_session_state_mgmt.app import CounterServer
+from tests.unit_tests.routing_workers import Caller, EchoServer, Worker, new_session
 
 pytestmark = pytest.mark.anyio
 
@@ -61,7 +62,9 @@ class Replica:
 
 
 @contextlib.asynccontextmanager
-async def replica_set(count: int = 2, workers: int = 2, **settings) -> AsyncIterator[tuple[list[Replica], Caller]]:
+async def replica_set(
+    count: int = 2, workers: int = 2, server_class: type = EchoServer, **settings
+) -> AsyncIterator[tuple[list[Replica], Caller]]:
     name = f"echo_{uuid.uuid4().hex[:8]}"
     secret = secrets.token_urlsafe(32)
     replicas: list[Replica] = []
@@ -75,7 +78,8 @@ async def replica_set(count: int = 2, workers: int = 2, **settings) -> AsyncIter
             # The replica's public address, its identity (its in-process workers each listen on a port of their own).
             identity = free_port()
             for index in range(workers):
-                worker = Worker(name, workers, socket_dir, session_secret=secret, port=identity, forward_port=claim.getsockname()[1], **settings)
+                forward_port = claim.getsockname()[1]
+                worker = Worker(name, workers, socket_dir, server_class, session_secret=secret, port=identity, forward_port=forward_port, **settings)
                 if index == 0:
                     worker.port = identity  # the replica's public address reaches its first worker
                 replica.workers.append(await worker.start())
@@ -236,6 +240,20 @@ async def test_a_session_whose_worker_is_gone_on_a_live_replica_gets_410_from_th
     response = await caller.post(r2.workers[0], "/increment", cookies)
     assert response.status == 410
     assert a1.server.worker_id in (await response.json())["detail"]
+
+
+async def test_a_durable_session_whose_worker_is_gone_on_a_live_replica_is_adopted_within_that_host(tmp_path):
+    async with replica_set(server_class=CounterServer, session_store=str(tmp_path / "store.sqlite")) as ((r1, r2), caller):
+        a1, b1 = r1.workers
+        response = await caller.post(a1, "/seed_session", json={"initial_count": 5})
+        cookies = {key: morsel.value for key, morsel in response.cookies.items()}
+        await a1.stop()
+        response = await caller.post(r2.workers[0], "/increment_counter", cookies, json={"count": 1})
+        assert response.status == 200, await response.text()
+        adopted = {key: morsel.value for key, morsel in response.cookies.items()}
+        assert session(b1, adopted)[OWNER_KEY] == b1.server.worker_id and session(b1, adopted)[REPLICA_KEY] == r1.address
+        response = await caller.post(r2.workers[1], "/get_counter_value", adopted, json={})
+        assert (await response.json())["count"] == 6
 
 
 async def test_a_session_of_a_replica_that_refuses_connections_gets_410_naming_it():
