@@ -35,6 +35,10 @@ from nemo_gym.routing.transport.private_server import PrivateServer
 # Set in the scope of a request the forwarding port accepted: the worker its credential sends it to.
 REPLICA_WORKER_SCOPE_KEY = "nemo_gym.replica_worker"
 CONNECT_TIMEOUT_SECONDS = 1.0
+# TCP keep-alive on every connection to a replica: a host that goes away under an open connection (down or
+# cut off, not frozen: a frozen host's kernel answers the probes) breaks it within about 5 + 3 x 2 s,
+# where the request would otherwise wait for a reply forever.
+KEEPALIVE = ((socket.TCP_KEEPIDLE, 5), (socket.TCP_KEEPINTVL, 2), (socket.TCP_KEEPCNT, 3))
 # The default of the ``peer_dead_after_seconds`` setting.
 PEER_DEAD_AFTER_SECONDS = 30.0
 
@@ -144,6 +148,10 @@ class TcpTransport:
             raise
         self.refused.discard(address)
         self.silent_since.pop(address, None)
+        sock = connection.transport.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for option, value in KEEPALIVE:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
         return connection
 
     def pool_for(self, address: str) -> IdleConnections:
