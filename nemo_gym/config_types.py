@@ -108,6 +108,25 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     # Where durable sessions are stored: a file path (SQLite), or unset: the instance's SQLite file under
     # the state directory (nemo_gym/durable/store.py, README "Durable sessions").
     session_store: str | None = None
+    # A replica set (README "A replica set"): a routed server with a configured session_secret is a replica;
+    # the others reach it at advertise_host (default: host; required when host is a wildcard such as
+    # 0.0.0.0) on its forwarding port (default: a free one, chosen at start and named in each session).
+    advertise_host: str | None = None
+    forward_port: int | None = Field(default=None, ge=0, lt=65536)
+    # A replica that has answered no connection for this long counts as dead: its sessions get 410.
+    peer_dead_after_seconds: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    # Mutual TLS between the replicas: this replica's certificate and key, and the CA that signs every replica's.
+    replica_tls_certfile: str | None = None
+    replica_tls_keyfile: str | None = None
+    replica_tls_ca_file: str | None = None
+
+    @model_validator(mode="after")
+    def replica_tls_whole(self) -> "BaseRunServerConfig":
+        tls = {"replica_tls_certfile": self.replica_tls_certfile, "replica_tls_keyfile": self.replica_tls_keyfile, "replica_tls_ca_file": self.replica_tls_ca_file}
+        if any(tls.values()) and not all(tls.values()):
+            missing = ", ".join(key for key, value in tls.items() if not value)
+            raise ValueError(f"TLS between replicas needs all three of {', '.join(tls)}; missing: {missing}")
+        return self
 
     @field_validator("session_secret")
     @classmethod

@@ -19,6 +19,8 @@ EXTRA_ROOTS_ENV = "NEMO_GYM_EXTRA_ROOTS"  # search roots for server code, joined
 WORKER_LOG_DIR_ENV = "NEMO_GYM_WORKER_LOG_DIR"
 # A multi-worker server's socket directory: its workers' private sockets, life names and placement counters.
 SOCKET_DIR_ENV = "NEMO_GYM_SOCKET_DIR"
+# A replica's forwarding port (a replica set's), chosen and held by the server's main process for its workers.
+FORWARD_PORT_ENV = "NEMO_GYM_FORWARD_PORT"
 # Where state that outlives a restart is kept (signing secrets, durable sessions); set by the user or a test.
 STATE_DIR_ENV = "NEMO_GYM_STATE_DIR"
 

@@ -26,7 +26,7 @@ from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import open_store
 from nemo_gym.durable.write_through import WriteThrough
-from nemo_gym.env import INSTANCE_ENV, SERVER_PROCESS_MODULE, SOCKET_DIR_ENV, WORKER_ENV
+from nemo_gym.env import FORWARD_PORT_ENV, INSTANCE_ENV, SERVER_PROCESS_MODULE, SOCKET_DIR_ENV, WORKER_ENV
 from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
 from nemo_gym.middleware.body_limit import BodyLimit
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
@@ -37,8 +37,11 @@ from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.lost import LostWithOwner
 from nemo_gym.routing.owner import OwnerReader
 from nemo_gym.routing.placement import Placement
+from nemo_gym.routing.replica import advertised_host, replica_address, replica_keys
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.transport import Transport, transport_class
+from nemo_gym.routing.transport.credentials import ReplicaCredentials
+from nemo_gym.routing.transport.tcp import TcpTransport, tls_contexts
 from nemo_gym.routing.worker import new_worker_id
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.sessions.cookie import SessionCookie, SessionIdMiddleware, session_cookie_name
@@ -46,6 +49,8 @@ from nemo_gym.sessions.secret import session_secret
 from nemo_gym.sessions.token import token_serializer
 
 
+# A replica set's forward to a replica that takes no connection is retried this long, then answered 503.
+REPLICA_RETRY_SECONDS = 3
 # The middlewares that give a request its session, outermost first.
 SESSION_LAYER = (SessionCookie, SessionIdMiddleware)
 # pydantic's UnsupportedFieldAttributeWarning about the alias FastAPI gives every body parameter.
@@ -79,6 +84,10 @@ class SimpleServer(BaseModel):
     _forwarder: Forwarder | None = PrivateAttr(None)
     _placement: Placement | None = PrivateAttr(None)
     _durable: DurableSessions | None = PrivateAttr(None)
+    # In a replica set: this replica's address, the transport to the other replicas, and the router.
+    _replica: str | None = PrivateAttr(None)
+    _replicas: TcpTransport | None = PrivateAttr(None)
+    _router: SessionRouter | None = PrivateAttr(None)
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -89,6 +98,11 @@ class SimpleServer(BaseModel):
     def is_routed(cls, config: BaseRunServerInstanceConfig) -> bool:
         """Several workers, a server that keeps sessions, and routing not switched off."""
         return cls.route_sessions and config.route_sessions and config.num_workers > 1
+
+    @classmethod
+    def is_replica(cls, config: BaseRunServerInstanceConfig) -> bool:
+        """A routed server with a configured ``session_secret`` is a replica of a replica set (README "A replica set")."""
+        return cls.is_routed(config) and config.session_secret is not None
 
     @classmethod
     def validate_config(cls, name: str, settings: dict[str, Any]) -> BaseRunServerInstanceConfig:
@@ -132,6 +146,20 @@ class SimpleServer(BaseModel):
     @property
     def worker_id(self) -> str | None:
         return self._worker_id
+
+    @property
+    def replica(self) -> str | None:
+        """This replica's address (``host:port`` of its forwarding port), in a replica set; else None."""
+        return self._replica
+
+    @property
+    def replica_keys(self) -> dict[str, str | int] | None:
+        """What this replica's sessions and tokens carry besides their owner worker (``routing.replica``)."""
+        return None if self._replicas is None else replica_keys(self._replicas.replica, self._replicas.forward_port)
+
+    @property
+    def replicas(self) -> TcpTransport | None:
+        return self._replicas
 
     @property
     def transport(self) -> Transport | None:
@@ -186,7 +214,7 @@ class SimpleServer(BaseModel):
         nothing. Upstream's name: its servers that make a ``FastAPI()`` of their own call it."""
         if any(layer.cls in SESSION_LAYER for layer in app.user_middleware):
             return
-        app.add_middleware(SessionIdMiddleware, owner=self._worker_id)
+        app.add_middleware(SessionIdMiddleware, owner=self._worker_id, replica=self.replica_keys)
         app.add_middleware(SessionCookie, **self.session_options)
 
     @property
@@ -203,7 +231,8 @@ class SimpleServer(BaseModel):
 
         ``socket_dir`` is the directory of this host that the server's workers share (default: the
         launcher's, from the environment): the transport is built with it, and it holds the placement
-        counters.
+        counters. A replica's forwarding port is ``forward_port``, else the one its main process chose; a
+        server built where neither is known (in a test's process) routes on this host only.
         """
         # A body model that builds its validator on first use (the Responses types: defer_build) builds it
         # outside FastAPI's own silencing of pydantic's warning about the field info FastAPI wraps it in.
@@ -216,6 +245,9 @@ class SimpleServer(BaseModel):
             self._placement = Placement(
                 socket_dir, self._worker_id, self.config.num_workers, self._transport.is_alive, balance=self.config.place_sessions
             )
+            if self.is_replica(self.config) and (port := self.config.forward_port or int(os.environ.get(FORWARD_PORT_ENV, 0))):
+                self._replicas = self.replica_transport(port)
+                self._replica = self._replicas.replica
         elif self.config.num_workers > 1 and (socket_dir := socket_dir or os.environ.get(SOCKET_DIR_ENV)):
             # Unrouted workers too tell the launcher, through the transport, that they serve.
             self._transport = transport_class()(socket_dir)
@@ -233,8 +265,18 @@ class SimpleServer(BaseModel):
             return BodyLimit(local, self.config.max_body_bytes)
         owners = OwnerReader(self.session_options, token_serializer(self.secret))
         lost = LostWithOwner() if durable is None else Adopter(durable, self._transport.is_alive)
-        router = SessionRouter(local, self._worker_id, owners, self._forwarder, self._placement, lost)
+        replicas = None if self._replicas is None else Forwarder(self._replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS)
+        router = self._router = SessionRouter(local, self._worker_id, owners, self._forwarder, self._placement, lost, self._replica, replicas)
         return BodyLimit(router, self.config.max_body_bytes)
+
+    def replica_transport(self, port: int) -> TcpTransport:
+        """The transport to the other replicas, of a replica whose forwarding port is ``port``."""
+        config = self.config
+        replica = replica_address(advertised_host(config.host, config.advertise_host), config.port)
+        tls = (config.replica_tls_certfile, config.replica_tls_keyfile, config.replica_tls_ca_file)
+        client_tls, server_tls = tls_contexts(*tls) if all(tls) else (None, None)
+        credentials = ReplicaCredentials(self.secret)
+        return TcpTransport(credentials, replica, config.host, port, config.peer_dead_after_seconds, client_tls, server_tls)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
@@ -251,6 +293,10 @@ class SimpleServer(BaseModel):
                 return
             # Other workers reach this one's sessions only once its own start-up is done.
             siblings_app = app if self._worker_id is not None else None
+            if self._replicas is not None:
+                # Before the life name, which the launcher counts as ready: a ready worker takes the other replicas' forwards.
+                await stack.enter_async_context(self._replicas.serving(self._worker_id, self._router.from_replica, InputLimits.of(self.config)))
+                stack.push_async_callback(self._replicas.close)
             await stack.enter_async_context(self._transport.serving(self._worker_id or new_worker_id(), siblings_app, InputLimits.of(self.config)))
             stack.push_async_callback(self._transport.close)
             if self._placement is not None:

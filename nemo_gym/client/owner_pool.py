@@ -18,6 +18,13 @@ public way to pick one; a connector limited to one connection is its documented 
 one connection, so every request on it travels on that connection (or, if the server closed it, on a
 new one, which its reply labels again). httpx's pool picks connections internally in the same way.
 
+In a replica set (the same server on several hosts, ``nemo_gym.routing.replica``) the cookie names the
+owner's replica too, by its public address: the request goes straight to that replica (the URL's host
+and port replaced by it), on connections kept and labelled per replica and worker, so it crosses no
+host and, once labelled, no worker. A replica this client cannot connect to (an address only the
+replicas reach, or a replica that is gone) gets the request at the URL it was given instead, whose
+server forwards it or answers for the owner as for any client.
+
 Bounded per server instance: at most ``MAX_KEPT_CONNECTIONS`` open; a request that finds none free
 while that many are busy still gets a new one, and on its return the least recently used free
 connection is closed. A connection idle for ``IDLE_SECONDS`` is closed by its connector (the servers
@@ -35,24 +42,38 @@ from collections.abc import Awaitable
 from typing import Any
 
 import aiohttp
+import yarl
 
+from nemo_gym.routing.replica import REPLICA_KEY, parse_replica
 from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER, is_worker_id
 
 MAX_KEPT_CONNECTIONS = 1024
 IDLE_SECONDS = 15.0
 LOST_SESSION = 410
+# A replica this client could not connect to is not tried directly again for this long.
+UNREACHABLE_SECONDS = 30.0
+
+
+def cookie_session(cookie: str | None) -> dict[str, Any]:
+    """A Starlette session cookie's (unverified) payload; empty if it has none."""
+    if not cookie:
+        return {}
+    try:
+        session = json.loads(b64decode(cookie.rsplit(".", 2)[0], validate=True))
+    except ValueError:
+        return {}
+    return session if isinstance(session, dict) else {}
 
 
 def cookie_owner(cookie: str | None) -> str | None:
     """The owner worker a Starlette session cookie names, read from its (unverified) payload; None if none."""
-    if not cookie:
-        return None
-    try:
-        session = json.loads(b64decode(cookie.rsplit(".", 2)[0], validate=True))
-    except ValueError:
-        return None
-    owner = session.get(OWNER_KEY) if isinstance(session, dict) else None
+    owner = cookie_session(cookie).get(OWNER_KEY)
     return owner if is_worker_id(owner) else None
+
+
+def cookie_replica(cookie: str | None) -> tuple[str, int] | None:
+    """The host and port of the owner replica a session cookie names (a replica set's); None if none."""
+    return parse_replica(cookie_session(cookie).get(REPLICA_KEY))
 
 
 class Connection:
@@ -124,12 +145,28 @@ class OwnerPool:
         self.max_kept = max_kept
         self.session_options = session_options
         self.servers: dict[str, ServerConnections] = {}
+        # Replica address -> until when it is not tried directly (this client could not connect to it).
+        self.unreachable: dict[str, float] = {}
 
     async def request(
         self, shared: aiohttp.ClientSession, server: str, session_cookie: str | None, method: str, url: str, **kwargs: Any
     ) -> aiohttp.ClientResponse:
-        """Send on a connection to the session's owner and read the reply in full (the connection is then
-        free again); ``shared`` serves servers not seen to use owners."""
+        """Send on a connection to the session's owner (at its replica, in a replica set) and read the reply
+        in full (the connection is then free again); ``shared`` serves servers not seen to use owners."""
+        replica = cookie_replica(session_cookie)
+        if replica is not None:
+            direct = yarl.URL(url).with_host(replica[0]).with_port(replica[1])
+            if time.monotonic() >= self.unreachable.get(direct.authority, 0.0):
+                try:
+                    return await self.request_at(shared, f"{server}@{direct.authority}", session_cookie, method, str(direct), **kwargs)
+                except aiohttp.ClientConnectorError:  # nothing was sent: the URL's own server takes it
+                    self.unreachable[direct.authority] = time.monotonic() + UNREACHABLE_SECONDS
+        return await self.request_at(shared, server, session_cookie, method, url, **kwargs)
+
+    async def request_at(
+        self, shared: aiohttp.ClientSession, server: str, session_cookie: str | None, method: str, url: str, **kwargs: Any
+    ) -> aiohttp.ClientResponse:
+        """``request`` to ``url``, on the connections kept for ``server`` (an instance, or one replica of it)."""
         owner = cookie_owner(session_cookie)
         connections = self.servers.get(server)
         if owner is None and connections is None:

@@ -29,6 +29,6 @@ def expose_tools(server: SimpleResourcesServer, app: FastAPI) -> McpToolEndpoint
     app.add_middleware(
         SeedSessionMcpMetadata,
         server_name=server.name,
-        mint=lambda session_id: mint_token(serializer, session_id, server.worker_id),
+        mint=lambda session_id: mint_token(serializer, session_id, server.worker_id, server.replica_keys),
     )
     return endpoint

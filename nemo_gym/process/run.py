@@ -36,6 +36,7 @@ from nemo_gym.durable.store import StoreError, open_store
 from nemo_gym.env import (
     CONFIG_PATH_ENV,
     ENTRYPOINT_ENV,
+    FORWARD_PORT_ENV,
     INSTANCE_ENV,
     NUM_WORKERS_ENV,
     SERVER_PROCESS_MODULE,
@@ -45,6 +46,8 @@ from nemo_gym.env import (
 )
 from nemo_gym.middleware.input_limits import InputLimits
 from nemo_gym.process.discovery import find_server_class
+from nemo_gym.routing.replica import ReplicaAddressError, advertised_host
+from nemo_gym.routing.transport.tcp import claim_forward_port
 from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir
 from nemo_gym.server import SimpleServer
 from nemo_gym.sessions.secret import SecretError, session_secret
@@ -149,6 +152,10 @@ def serve(server_class: type[SimpleServer] | None = None, app_factory: str | Non
     except StoreError as error:
         sys.exit(f"server {instance.name!r} cannot start: {error}")
     options = uvicorn_options(instance, config)
+    if server_class.is_replica(config):
+        # Held (bound, never listening) until this process ends; its workers listen on it.
+        forward_port = claim_replica_port(config, instance.name)
+        os.environ[FORWARD_PORT_ENV] = str(forward_port.getsockname()[1])
     if instance.num_workers == 1:
         uvicorn.run(import_from_string(app_factory)() if app_factory else worker_app(), **options)
         return
@@ -173,6 +180,17 @@ def serve(server_class: type[SimpleServer] | None = None, app_factory: str | Non
         uvicorn.run(app_factory, **options)
     finally:
         remove_socket_dir(socket_dir)
+
+
+def claim_replica_port(config: BaseRunServerInstanceConfig, name: str):
+    """The replica's forwarding port (``forward_port``, or a free one), held for the server's life."""
+    try:
+        advertised_host(config.host, config.advertise_host)
+        return claim_forward_port(config.host, config.forward_port or 0)
+    except ReplicaAddressError as error:
+        sys.exit(f"server {name!r} cannot start as a replica: {error}")
+    except OSError as error:
+        sys.exit(f"server {name!r} cannot hold its forwarding port {config.forward_port or 0} on {config.host}: {error}")
 
 
 if __name__ == "__main__":

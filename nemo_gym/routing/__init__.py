@@ -7,13 +7,15 @@ A request crosses these modules top to bottom, and none of them imports ``nemo_g
   answers for a busy one (503) and does what the lost-session policy says for a dead one.
 - ``owner``: reading the owner worker out of a signed session cookie or MCP session token, once.
 - ``worker``: who this worker is (its random ID) and the names every worker's sessions carry.
+- ``replica``: which replica of a replica set (the same server on several hosts) owns a session.
 - ``placement``: where a new session starts (the worker that has started the fewest).
 - ``forwarder``: sending a request to its owner through the transport; it raises what went wrong.
 - ``exchange``: one forwarded request: the body streamed up, the reply streamed back as ASGI messages.
 - ``lost``: the ``LostSessionPolicy`` seam (serve here, forward to another owner, or reply), and the
   in-memory policy: a dead owner's session is lost (410). ``nemo_gym.durable.adoption`` is the other.
 - ``transport``: the ``Transport`` seam (connect to an owner, is it alive, forget it, serve the
-  siblings), and today's implementation, private Unix sockets with abstract names (``transport.unix``).
+  siblings), and its implementations: private Unix sockets with abstract names between the workers of
+  a host (``transport.unix``), and TCP between the replicas of a replica set (``transport.tcp``).
 - ``cancel_on_disconnect``: a handler whose caller leaves is cancelled.
 
 The server picks the transport and the policy where it builds its app (``nemo_gym.server``).

@@ -33,8 +33,10 @@ class CallerLeft(Exception):
 class Exchange:
     """One forwarded request: the caller's body streamed up, the owner's reply streamed down."""
 
-    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __init__(self, scope: Scope, receive: Receive, send: Send, added: tuple[tuple[bytes, bytes], ...] = ()) -> None:
+        """``added``: headers this hop adds to the request."""
         self.scope = scope
+        self.added = added
         self.receive = receive
         self.send = send
         self.body_sent = asyncio.Event()
@@ -66,6 +68,7 @@ class Exchange:
         headers = [(name, value) for name, value in scope["headers"] if name not in HOP_BY_HOP and name not in REFRAMED]
         if scope.get("client"):
             headers.append((CLIENT_HEADER, b"%s:%d" % (scope["client"][0].encode(), scope["client"][1])))
+        headers.extend(self.added)
         if isinstance(body, bytes):
             headers.append((b"content-length", b"%d" % len(body)))
         elif body is not None:

@@ -48,15 +48,24 @@ class Forwarder:
         self.transport = transport
         self.busy_wait_seconds = busy_wait_seconds
 
-    async def forward(self, owner: str, scope: Scope, receive: Receive, send: Send, busy_wait_seconds: float | None = None) -> None:
-        """Forward and stream back; raises ``OwnerGone``, ``OwnerDied`` or ``OwnerBusy``, with nothing
-        sent, if it cannot; a 502 for a live owner whose connection broke before its reply started.
+    async def forward(
+        self,
+        owner: str,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        busy_wait_seconds: float | None = None,
+        headers: tuple[tuple[bytes, bytes], ...] = (),
+    ) -> None:
+        """Forward (with ``headers`` added: a replica's credential) and stream back; raises ``OwnerGone``,
+        ``OwnerDied`` or ``OwnerBusy``, with nothing sent, if it cannot; a 502 for a live owner whose
+        connection broke before its reply started.
 
         A caller that leaves cancels it. Only a dead owner's kept connections are dropped: closing a
         live owner's would abort the requests it is serving.
         """
         busy_wait_seconds = self.busy_wait_seconds if busy_wait_seconds is None else busy_wait_seconds
-        exchange = Exchange(scope, receive, send)
+        exchange = Exchange(scope, receive, send, headers)
         try:
             await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body, busy_wait_seconds))
         except OwnerGone as gone:

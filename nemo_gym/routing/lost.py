@@ -55,8 +55,8 @@ def lost_session(owner: str) -> JSONResponse:
     return JSONResponse(
         status_code=410,
         content={
-            "detail": f"Session lost: it belongs to worker {owner}, which is gone (the worker exited, or the "
-            "server restarted), and the session's state went with it. Start a new session."
+            "detail": f"Session lost: it belongs to worker {owner}, which is gone (the worker exited, the "
+            "server restarted, or its replica's host is gone), and the session's state went with it. Start a new session."
         },
     )
 

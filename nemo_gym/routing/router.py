@@ -5,6 +5,11 @@ session layer, so the caller gets exactly one Set-Cookie, the owner's. Requests 
 workers forward here arrive on the private listener, which bypasses the router
 (``transport.private_server``). It owns recovery: when a forward cannot reach its owner, it answers a
 busy owner itself, and for a dead one asks the lost-session policy (``lost``) and does what it says.
+
+In a replica set (``replica``), a session whose owner is a worker of another replica is forwarded to
+that replica's forwarding port (``replicas``, over ``transport.tcp``), where ``from_replica`` takes it:
+served there, or sent on to the owner worker of that host. A session of this replica's takes the
+one-host path, unchanged.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from nemo_gym.routing.forwarder import Forwarder, OwnerBusy, OwnerDied, OwnerGon
 from nemo_gym.routing.lost import Decision, ForwardTo, LostSessionPolicy, Reply, ServeHere, retry_later
 from nemo_gym.routing.owner import AmbiguousSession, OwnerReader, owner_of
 from nemo_gym.routing.placement import Placement
+from nemo_gym.routing.replica import forward_address, owner_label, replica_of
+from nemo_gym.routing.transport.credentials import AUTH_HEADER_KEY
 from nemo_gym.routing.transport.private_server import CLIENT_HEADER
+from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY, TcpTransport
 from nemo_gym.routing.worker import WORKER_HEADER, is_worker_id
 
 WORKER_HEADER_KEY = WORKER_HEADER.lower().encode()
@@ -25,14 +33,25 @@ WORKER_HEADER_KEY = WORKER_HEADER.lower().encode()
 
 class SessionRouter:
     def __init__(
-        self, app: ASGIApp, worker_id: str, owners: OwnerReader, forwarder: Forwarder, placement: Placement, lost: LostSessionPolicy
+        self,
+        app: ASGIApp,
+        worker_id: str,
+        owners: OwnerReader,
+        forwarder: Forwarder,
+        placement: Placement,
+        lost: LostSessionPolicy,
+        replica: str | None = None,
+        replicas: Forwarder | None = None,
     ) -> None:
+        """``replica``: this replica's address, in a replica set; ``replicas`` forwards over a ``TcpTransport``."""
         self.app = app
         self.worker_id = worker_id
         self.owners = owners
         self.forwarder = forwarder
         self.placement = placement
         self.lost = lost
+        self.replica = replica
+        self.replicas = replicas
         self.label = worker_id.encode()  # the reply header's value, made once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -54,7 +73,15 @@ class SessionRouter:
         elif owner == self.worker_id:
             await self.app(scope, receive, send)
         elif is_worker_id(owner):
-            await self.to_owner(owner, session, scope, receive, self.owners.keeping_session(scope, send))
+            replica = replica_of(session)
+            if replica is None or replica == self.replica or self.replicas is None:
+                await self.to_owner(owner, session, scope, receive, self.owners.keeping_session(scope, send))
+            elif (address := forward_address(session)) is not None:
+                await self.to_replica(owner, replica, address, session, scope, receive, self.owners.keeping_session(scope, send))
+            else:
+                detail = "the session names an owner replica that is not host:port, or no forwarding port of it"
+                response = JSONResponse(status_code=400, content={"detail": detail})
+                await response(scope, receive, send)
         else:
             response = JSONResponse(status_code=400, content={"detail": "the session names an owner worker that is not a worker ID"})
             await response(scope, receive, send)
@@ -83,6 +110,50 @@ class SessionRouter:
                     await response(scope, receive, send)
             return
 
+    async def to_replica(self, owner: str, replica: str, address: str, session: dict, scope: Scope, receive: Receive, send: Send) -> None:
+        """Forward to worker ``owner`` of another replica, at its forwarding ``address``, with a credential for it. A replica
+        that does not answer gets a 503 with Retry-After, until the transport counts it dead; for a dead one
+        (or one that died with the request) the lost-session policy decides."""
+        transport: TcpTransport = self.replicas.transport
+        if any(name == AUTH_HEADER_KEY for name, _ in scope["headers"]):  # the caller's own: never passed on
+            scope["headers"] = [(name, value) for name, value in scope["headers"] if name != AUTH_HEADER_KEY]
+        credential = transport.credentials.header(scope, replica, owner)
+        decision: Decision
+        try:
+            await self.replicas.forward(address, scope, receive, send, headers=(credential,))
+            return
+        except OwnerGone as gone:
+            receive = gone.replay or receive
+            decision = await self.lost.owner_gone(dead_replica_owner(owner, replica, address, transport), session)
+        except OwnerDied:
+            decision = await self.lost.owner_died(dead_replica_owner(owner, replica, address, transport), session)
+        except OwnerBusy:
+            decision = Reply(silent_replica(owner, replica, address, self.replicas.busy_wait_seconds, transport.dead_after_seconds))
+        match decision:
+            case ForwardTo(owner=owner):
+                await self.to_owner(owner, session, scope, receive, send)
+            case ServeHere():
+                await self.app(scope, receive, send)
+            case Reply(response=response):
+                await response(scope, receive, send)
+
+    async def from_replica(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A request another replica forwarded here (its credential checked, ``transport.tcp``): served here
+        if this worker owns its session, else sent on to the owner worker of this replica."""
+        worker = scope.pop(REPLICA_WORKER_SCOPE_KEY)
+        try:
+            session = await self.owners.named_session(scope)
+        except AmbiguousSession as error:
+            await JSONResponse(status_code=400, content={"detail": error.detail})(scope, receive, send)
+            return
+        if owner_of(session) != worker or replica_of(session) != self.replica:
+            detail = f"The request's session is not owned by worker {worker} of replica {self.replica}, which its credential names."
+            await JSONResponse(status_code=400, content={"detail": detail})(scope, receive, send)
+        elif worker == self.worker_id:
+            await self.app(scope, receive, send)
+        else:
+            await self.to_owner(worker, session, scope, receive, self.owners.keeping_session(scope, send))
+
     async def start_session(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request that starts a session is served where the session should live (``placement``).
 
@@ -109,6 +180,20 @@ def busy_owner(owner: str, waited_seconds: float) -> JSONResponse:
     return retry_later(
         f"Worker {owner}, which owns this session, is alive but took no connection for {waited_seconds:g} s; "
         "the session is intact. Retry later."
+    )
+
+
+def dead_replica_owner(owner: str, replica: str, address: str, transport: TcpTransport) -> str:
+    """How a 410 names the owner of a replica counted dead, and why it counts so."""
+    silent = transport.silent_for(address)
+    why = f"its host has not answered at {address} for {silent:.0f} s" if silent else f"its host refused the connection at {address}: nothing listens there"
+    return f"{owner_label(owner, replica)} ({why})"
+
+
+def silent_replica(owner: str, replica: str, address: str, waited_seconds: float, dead_after_seconds: float) -> JSONResponse:
+    return retry_later(
+        f"Replica {replica}, whose worker {owner} owns this session, has not answered at {address} for {waited_seconds:g} s; the "
+        f"session is kept unless its host stays silent for {dead_after_seconds:g} s (peer_dead_after_seconds). Retry later."
     )
 
 

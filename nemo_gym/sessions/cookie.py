@@ -97,12 +97,14 @@ class SessionIdMiddleware:
     sends one only for a changed session): a client that replaces its cookies with each reply's,
     as upstream NeMo Gym's agents do, keeps its session. With several workers it also stamps the
     session with its owner, this worker, when the session has none yet: a new session, or one minted
-    by a single-worker server, which this worker adopts.
+    by a single-worker server, which this worker adopts; in a replica set, with its replica too
+    (``replica``: its keys, ``nemo_gym.routing.replica``).
     """
 
-    def __init__(self, app: ASGIApp, owner: str | None = None) -> None:
+    def __init__(self, app: ASGIApp, owner: str | None = None, replica: dict[str, str | int] | None = None) -> None:
         self.app = app
         self.owner = owner
+        self.replica = replica
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -114,4 +116,6 @@ class SessionIdMiddleware:
             session[SESSION_ID_KEY] = session_id  # written back every time, so every reply sets the cookie
             if self.owner is not None and OWNER_KEY not in session:
                 session[OWNER_KEY] = self.owner
+                if self.replica is not None:
+                    session.update(self.replica)
         await self.app(scope, receive, send)

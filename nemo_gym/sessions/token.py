@@ -1,4 +1,4 @@
-"""The MCP session token: a signed payload naming a session (and, with several workers, its owner).
+"""The MCP session token: a signed payload naming a session (and, with several workers, its owner and its replica).
 
 CLI harnesses in sandboxes keep only this token, minted at ``/seed_session``, and send it in the
 ``X-NeMo-Gym-Session-Token`` header instead of a session cookie.
@@ -28,10 +28,13 @@ def token_serializer(secret: str) -> URLSafeSerializer:
     return URLSafeSerializer(secret, salt=TOKEN_SALT)
 
 
-def mint_token(serializer: URLSafeSerializer, session_id: str, owner: str | None) -> str:
+def mint_token(serializer: URLSafeSerializer, session_id: str, owner: str | None, replica: dict[str, Any] | None = None) -> str:
+    """The token of a session, naming its owner (and, in a replica set, the owner's replica) if it has one."""
     payload: dict[str, Any] = {SESSION_ID_KEY: session_id}
     if owner is not None:
         payload[OWNER_KEY] = owner
+        if replica is not None:
+            payload.update(replica)
     return serializer.dumps(payload)
 
 

@@ -1,4 +1,5 @@
-"""HAProxy as the benchmark's reference balancer: round robin, an inserted cookie, in front of single-worker servers."""
+"""HAProxy as the benchmark's reference balancer: round robin, an inserted cookie, in front of single-worker servers
+(or, ``sticky=False``, plain round robin, as an L4 balancer that knows nothing of sessions: the replica-set tests)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ HAPROXY_INSTALL = "apt-get update && apt-get install -y haproxy   (Debian/Ubuntu
 
 
 class HAProxy:
-    """HAProxy in the foreground, round robin with an inserted cookie, in front of the given backends."""
+    """HAProxy in the foreground, round robin (with an inserted cookie, ``sticky``), in front of the given backends."""
 
-    def __init__(self, binary: str, backends: list[str], port: int, log_dir: Path, name: str = "haproxy") -> None:
+    def __init__(self, binary: str, backends: list[str], port: int, log_dir: Path, name: str = "haproxy", sticky: bool = True) -> None:
         self.url = f"http://127.0.0.1:{port}"
         lines = [
             "global",
@@ -30,9 +31,10 @@ class HAProxy:
             "    default_backend counters",
             "backend counters",
             "    balance roundrobin",
-            "    cookie SRV insert indirect nocache",
         ]
-        lines += [f"    server s{i} {backend.removeprefix('http://')} cookie s{i}" for i, backend in enumerate(backends)]
+        if sticky:
+            lines.append("    cookie SRV insert indirect nocache")
+        lines += [f"    server s{i} {backend.removeprefix('http://')}" + (f" cookie s{i}" if sticky else "") for i, backend in enumerate(backends)]
         config = log_dir / f"{name}.cfg"
         config.write_text("\n".join(lines) + "\n")
         check = subprocess.run([binary, "-c", "-q", "-f", str(config)], capture_output=True, text=True, timeout=30)

@@ -5,6 +5,9 @@
 - ``connection``: HTTP/1.1 connections to an owner, kept alive in a pool per owner (any transport's).
 - ``private_server``: the worker's app served again on a listener of the transport's.
 - ``unix``: today's transport, the workers of one host over private Unix sockets with abstract names.
+- ``tcp``: the replicas of a replica set, each on its host, over their forwarding ports; used beside
+  ``unix`` (a replica's own workers still reach each other over it), built by the server, not by name.
+- ``credentials``: what a request to a forwarding port carries to prove it comes from a replica.
 
 A new transport is one module that implements ``Transport`` and one line in ``TRANSPORTS``.
 """

@@ -3,7 +3,8 @@
 Other workers forward the requests of this worker's sessions here. It runs on the worker's event
 loop, does not run the app's lifespan again, and adds no ``date`` or ``server`` header, so a
 forwarded reply is exactly what the app produced. The transport binds the listener, and may give an
-HTTP protocol of its own that refuses a peer (the Unix transport's: a process of another user).
+HTTP protocol of its own that refuses a peer (the Unix transport's: a process of another user), a
+guard in front of the entrance (the TCP transport's: replica credentials) and TLS.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import asyncio
 import contextlib
 import functools
 import socket
+import ssl
+from collections.abc import Callable
 
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -63,9 +66,19 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class PrivateServer:
-    def __init__(self, app: ASGIApp, limits: InputLimits, http: type[LimitedHttpToolsProtocol] = LimitedHttpToolsProtocol) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        limits: InputLimits,
+        http: type[LimitedHttpToolsProtocol] = LimitedHttpToolsProtocol,
+        tls: ssl.SSLContext | None = None,
+        guard: Callable[[ASGIApp], ASGIApp] | None = None,
+    ) -> None:
+        """``guard`` wraps the entrance (the TCP transport's check of credentials, before anything is read);
+        ``tls`` serves over TLS."""
+        entrance = PrivateEntrance(app)
         config = uvicorn.Config(
-            PrivateEntrance(app),
+            entrance if guard is None else guard(entrance),
             http=functools.partial(http, limits=limits.for_siblings()),
             backlog=MAX_BACKLOG,
             lifespan="off",
@@ -76,6 +89,9 @@ class PrivateServer:
             timeout_keep_alive=PRIVATE_KEEP_ALIVE_SECONDS,
             timeout_graceful_shutdown=5,
         )
+        if tls is not None:
+            config.load()
+            config.ssl = tls
         self.server = _EmbeddedServer(config)
         self.task: asyncio.Task | None = None
 

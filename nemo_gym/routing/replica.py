@@ -1,0 +1,83 @@
+"""Replica identity: which replica of a replica set owns a session, as the session's cookie and token name it.
+
+A replica set is one instance run on several hosts with the same ``session_secret``; each replica
+serves a forwarding port that only the other replicas reach (``transport.tcp``). A session names its
+owner with three keys: ``nemo_gym_worker`` (the worker ID, as on one host), ``nemo_gym_replica``, the
+replica's public address ``host:port`` (its identity: what clients and a 410 name), where ``host`` is
+the instance's ``advertise_host`` or else its ``host``, and ``nemo_gym_forward_port``, the port on
+that host where the other replicas forward to it. A session without ``nemo_gym_replica`` (minted by a
+server that is no replica set, or before one became one) is this host's, as before.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+REPLICA_KEY = "nemo_gym_replica"
+FORWARD_PORT_KEY = "nemo_gym_forward_port"
+# Hosts that name every address of a host, none that another host could reach it at.
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+# What a host in a replica address may be: a DNS name or an IPv4 address; an IPv6 address in brackets.
+HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+
+
+def replica_address(host: str, port: int) -> str:
+    """``host:port``, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def parse_replica(value: object) -> tuple[str, int] | None:
+    """The host and port a replica address names; None for anything that is not one."""
+    if not isinstance(value, str):
+        return None
+    host, colon, port = value.rpartition(":")
+    if not colon or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return None
+        return host[1:-1], int(port)
+    return (host, int(port)) if HOST_NAME.fullmatch(host) else None
+
+
+def replica_of(session: dict | None) -> object | None:
+    """The replica a session names as its owner's (None for none: this host's)."""
+    return None if session is None else session.get(REPLICA_KEY)
+
+
+def replica_keys(replica: str, forward_port: int) -> dict[str, str | int]:
+    """What a session (or token) of this replica carries besides its owner worker."""
+    return {REPLICA_KEY: replica, FORWARD_PORT_KEY: forward_port}
+
+
+def forward_address(session: dict) -> str | None:
+    """``host:port`` of the forwarding port of the replica a session names; None if it names none validly."""
+    parsed = parse_replica(session.get(REPLICA_KEY))
+    port = session.get(FORWARD_PORT_KEY)
+    if parsed is None or type(port) is not int or not 0 < port < 65536:
+        return None
+    return replica_address(parsed[0], port)
+
+
+def owner_label(worker: str, replica: str) -> str:
+    """How a reply names a worker of another replica."""
+    return f"{worker} of replica {replica}"
+
+
+class ReplicaAddressError(ValueError):
+    """No address the other replicas could reach this one at."""
+
+
+def advertised_host(host: str, advertise_host: str | None) -> str:
+    """Where the other replicas reach this one: ``advertise_host``, else ``host`` unless it is a wildcard."""
+    if advertise_host:
+        return advertise_host
+    if host in WILDCARD_HOSTS:
+        raise ReplicaAddressError(
+            f"host {host!r} is a wildcard, which the other replicas cannot reach: set advertise_host to this host's "
+            "address on their network"
+        )
+    return host

@@ -1,0 +1,402 @@
+"""A replica set: the replicas of one server (same name and session_secret), each on its own forwarding port.
+
+Two in-process replicas of two workers each, on loopback, each replica with its own socket directory
+and forwarding port (held as its main process holds it): a session's requests reach its owner worker
+from any worker of any replica; the forwarding port takes only requests with a valid credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+import pytest
+
+from nemo_gym import SESSION_ID_KEY
+from nemo_gym.client.owner_pool import OwnerPool
+from nemo_gym.client.reading import cookie_header
+from nemo_gym.routing.worker import WORKER_HEADER
+from nemo_gym.config import free_port
+from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY
+from nemo_gym.routing.transport.base import Transport
+from nemo_gym.routing.transport.credentials import AUTH_HEADER, ReplicaCredentials
+from nemo_gym.routing.transport.tcp import claim_forward_port
+from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, token_serializer
+from tests.session_cookies import session_of, signed_session
+from resources_servers.example_session_state_mgmt.app import CounterServer
+from tests.unit_tests.routing_workers import Caller, EchoServer, Worker, new_session
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Replica:
+    workers: list[Worker]
+    claim: socket.socket
+    socket_dir: str
+
+    @property
+    def address(self) -> str:
+        return self.workers[0].server.replica
+
+    @property
+    def forward_url(self) -> str:
+        return f"http://127.0.0.1:{self.claim.getsockname()[1]}"
+
+    async def stop(self) -> None:
+        for worker in self.workers:
+            await worker.stop()
+        self.claim.close()
+
+
+@contextlib.asynccontextmanager
+async def replica_set(
+    count: int = 2, workers: int = 2, server_class: type = EchoServer, **settings
+) -> AsyncIterator[tuple[list[Replica], Caller]]:
+    name = f"echo_{uuid.uuid4().hex[:8]}"
+    secret = secrets.token_urlsafe(32)
+    replicas: list[Replica] = []
+    caller = Caller()
+    try:
+        for _ in range(count):
+            socket_dir = tempfile.mkdtemp(prefix="ngw-test-", dir="/tmp")
+            claim = claim_forward_port("127.0.0.1")
+            replica = Replica([], claim, socket_dir)
+            replicas.append(replica)
+            # The replica's public address, its identity (its in-process workers each listen on a port of their own).
+            identity = free_port()
+            for index in range(workers):
+                forward_port = claim.getsockname()[1]
+                worker = Worker(name, workers, socket_dir, server_class, session_secret=secret, port=identity, forward_port=forward_port, **settings)
+                if index == 0:
+                    worker.port = identity  # the replica's public address reaches its first worker
+                replica.workers.append(await worker.start())
+        yield replicas, caller
+    finally:
+        await caller.close()
+        for replica in replicas:
+            await replica.stop()
+            os.rmdir(replica.socket_dir)
+
+
+@pytest.fixture
+async def two_replicas():
+    async with replica_set() as made:
+        yield made
+
+
+def session(worker: Worker, cookies: dict[str, str]) -> dict:
+    return session_of(worker.server.secret, cookies[worker.server.session_cookie])
+
+
+async def count_of(caller: Caller, worker: Worker, cookies: dict[str, str]) -> int:
+    """The session's count after one more increment, asked through ``worker``."""
+    response = await caller.post(worker, "/increment", cookies)
+    assert response.status == 200, await response.text()
+    return (await response.json())["count"]
+
+
+async def test_a_session_names_its_replica_and_its_worker(two_replicas):
+    (r1, r2), caller = two_replicas
+    a1 = r1.workers[0]
+    cookies = await new_session(caller, a1)
+    assert session(a1, cookies)[OWNER_KEY] == a1.server.worker_id
+    assert session(a1, cookies)[REPLICA_KEY] == r1.address == f"127.0.0.1:{a1.server.config.port}"
+    assert session(a1, cookies)[FORWARD_PORT_KEY] == r1.claim.getsockname()[1]
+    assert r1.address != r2.address
+    assert all(worker.server.replica == r1.address for worker in r1.workers)
+
+
+async def test_a_session_of_another_replica_reaches_its_owner_worker_from_every_worker(two_replicas):
+    (r1, r2), caller = two_replicas
+    for owner in r1.workers:
+        cookies = await new_session(caller, owner)
+        counts = []
+        for entry in [*r2.workers, *r2.workers, *r1.workers]:
+            response = await caller.post(entry, "/increment", cookies)
+            body = await response.json()
+            assert body["worker"] == owner.server.worker_id
+            counts.append(body["count"])
+        assert counts == list(range(2, 2 + len(counts)))
+
+
+async def test_a_session_of_this_replica_takes_the_unix_path_and_never_the_forwarding_port(two_replicas):
+    (r1, r2), caller = two_replicas
+    a1, b1 = r1.workers
+    cookies = await new_session(caller, a1)
+    assert await count_of(caller, b1, cookies) == 2
+    assert b1.server.replicas.pools == {}
+    assert list(b1.server.transport.pools) == [a1.server.worker_id]
+
+
+async def test_an_mcp_token_alone_reaches_its_owner_on_another_replica(two_replicas):
+    (r1, r2), caller = two_replicas
+    a1 = r1.workers[0]
+    cookies = await new_session(caller, a1)
+    session_id = session(a1, cookies)[SESSION_ID_KEY]
+    token = mint_token(token_serializer(a1.server.secret), session_id, a1.server.worker_id, a1.server.replica_keys)
+    response = await caller.post(r2.workers[1], "/echo/x", headers={TOKEN_HEADER: token})
+    assert (await response.json())["worker"] == a1.server.worker_id
+
+
+async def test_a_streamed_body_and_reply_cross_replicas_whole(two_replicas):
+    (r1, r2), caller = two_replicas
+    a1 = r1.workers[0]
+    cookies = await new_session(caller, a1)
+    payload = os.urandom(300_000)
+
+    async def chunks():
+        for start in range(0, len(payload), 7000):
+            yield payload[start : start + 7000]
+
+    response = await caller.post(r2.workers[0], "/stream", cookies, data=chunks())
+    assert response.headers["x-worker"] == a1.server.worker_id
+    assert await response.read() == payload
+
+
+async def test_the_transport_to_other_replicas_is_a_transport(two_replicas):
+    (r1, _), _ = two_replicas
+    assert isinstance(r1.workers[0].server.replicas, Transport)
+
+
+def hostile_credentials(replicas: list[Replica], owner: Worker, path: str) -> dict[str, list[tuple[str, str]]]:
+    """Requests to ``owner``'s forwarding port whose credential no replica made for them."""
+    credentials = ReplicaCredentials(owner.server.secret)
+    target, other = replicas[0].address, replicas[1].address
+    worker = owner.server.worker_id
+    now = int(time.time())
+
+    def valid(method: str, signed_path: str, replica: str, stamp: int) -> str:
+        return f"{stamp} {worker} {credentials.mac(method.encode(), signed_path.encode(), replica, worker, stamp)}"
+
+    forged = ReplicaCredentials(secrets.token_urlsafe(32))
+    return {
+        "none": [],
+        "garbage": [(AUTH_HEADER, "let me in")],
+        "forged with another secret": [(AUTH_HEADER, f"{now} {worker} {forged.mac(b'POST', path.encode(), target, worker, now)}")],
+        "replayed to another path": [(AUTH_HEADER, valid("POST", "/touch", target, now))],
+        "replayed to another replica": [(AUTH_HEADER, valid("POST", path, other, now))],
+        "replayed later": [(AUTH_HEADER, valid("POST", path, target, now - 60))],
+        "sent twice": [(AUTH_HEADER, valid("POST", path, target, now))] * 2,
+    }
+
+
+async def test_requests_to_the_forwarding_port_without_a_valid_credential_get_401_and_are_never_handled(two_replicas):
+    replicas, caller = two_replicas
+    owner = replicas[0].workers[0]
+    cookies = await new_session(caller, owner)
+    for what, headers in hostile_credentials(replicas, owner, "/increment").items():
+        response = await caller.http.post(
+            replicas[0].forward_url + "/increment", headers=[*headers, ("Cookie", f"{owner.server.session_cookie}={cookies[owner.server.session_cookie]}")]
+        )
+        assert response.status == 401, what
+    assert await count_of(caller, replicas[1].workers[0], cookies) == 2  # none of them counted
+
+
+async def test_a_valid_credential_on_the_forwarding_port_is_served(two_replicas):
+    """The control of the test above: the same request, with the credential a replica makes, is handled."""
+    (r1, _), caller = two_replicas
+    owner = r1.workers[0]
+    cookies = await new_session(caller, owner)
+    scope = {"method": "POST", "path": "/increment", "query_string": b""}
+    name, value = ReplicaCredentials(owner.server.secret).header(scope, r1.address, owner.server.worker_id)
+    cookie = f"{owner.server.session_cookie}={cookies[owner.server.session_cookie]}"
+    response = await caller.http.post(r1.forward_url + "/increment", headers=[(name.decode(), value.decode()), ("Cookie", cookie)])
+    assert await response.json() == {"worker": owner.server.worker_id, "count": 2}
+
+
+async def test_the_public_port_ignores_replica_credentials(two_replicas):
+    (r1, r2), caller = two_replicas
+    a1, a2 = r1.workers[0], r2.workers[0]
+    scope = {"method": "POST", "path": "/increment", "query_string": b""}
+    name, value = ReplicaCredentials(a1.server.secret).header(scope, r2.address, a2.server.worker_id)
+    credential = [(name.decode(), value.decode())]
+    # No session: a new one on the worker that took it, as for any request.
+    response = await caller.post(a1, "/increment", headers=credential)
+    assert (await response.json())["worker"] == a1.server.worker_id
+    # A session of the other replica: forwarded with this replica's own credential, the caller's dropped.
+    cookies = await new_session(caller, a2)
+    response = await caller.post(a1, "/increment", cookies, headers=credential)
+    assert await response.json() == {"worker": a2.server.worker_id, "count": 2}
+
+
+async def test_a_session_whose_worker_is_gone_on_a_live_replica_gets_410_from_that_replica(two_replicas):
+    (r1, r2), caller = two_replicas
+    a1 = r1.workers[0]
+    cookies = await new_session(caller, a1)
+    await a1.stop()
+    response = await caller.post(r2.workers[0], "/increment", cookies)
+    assert response.status == 410
+    assert a1.server.worker_id in (await response.json())["detail"]
+
+
+async def test_a_durable_session_whose_worker_is_gone_on_a_live_replica_is_adopted_within_that_host(tmp_path):
+    async with replica_set(server_class=CounterServer, session_store=str(tmp_path / "store.sqlite")) as ((r1, r2), caller):
+        a1, b1 = r1.workers
+        response = await caller.post(a1, "/seed_session", json={"initial_count": 5})
+        cookies = {key: morsel.value for key, morsel in response.cookies.items()}
+        await a1.stop()
+        response = await caller.post(r2.workers[0], "/increment_counter", cookies, json={"count": 1})
+        assert response.status == 200, await response.text()
+        adopted = {key: morsel.value for key, morsel in response.cookies.items()}
+        assert session(b1, adopted)[OWNER_KEY] == b1.server.worker_id and session(b1, adopted)[REPLICA_KEY] == r1.address
+        response = await caller.post(r2.workers[1], "/get_counter_value", adopted, json={})
+        assert (await response.json())["count"] == 6
+
+
+async def test_a_session_of_a_replica_that_refuses_connections_gets_410_naming_it():
+    async with replica_set() as ((r1, r2), caller):
+        cookies = await new_session(caller, r1.workers[0])
+        await r1.stop()
+        for entry in r2.workers:
+            response = await caller.post(entry, "/increment", cookies)
+            assert response.status == 410
+            detail = (await response.json())["detail"]
+            assert r1.address in detail and r1.workers[0].server.worker_id in detail and "refused" in detail
+            assert response.headers.getall("Set-Cookie", []) == []
+
+
+@contextlib.contextmanager
+def silent_listener() -> socket.socket:
+    """A loopback port whose accept queue is full: the kernel drops further connection attempts unanswered,
+    as a host that is down or cut off does."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers = []
+    try:
+        for _ in range(4):
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(listener.getsockname())
+            fillers.append(filler)
+        time.sleep(0.2)
+        yield listener
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
+async def test_a_silent_replica_gets_503_with_retry_after_until_peer_dead_after_seconds_then_410_naming_its_host():
+    async with replica_set(count=1, peer_dead_after_seconds=8) as ((r1,), caller):
+        a1 = r1.workers[0]
+        with silent_listener() as listener:
+            silent = f"127.0.0.1:{listener.getsockname()[1]}"
+            owner = "c" * 16
+            named = {SESSION_ID_KEY: "s-silent", OWNER_KEY: owner, REPLICA_KEY: "127.0.0.1:1", FORWARD_PORT_KEY: listener.getsockname()[1]}
+            cookie = signed_session(a1.server.secret, named)
+            statuses = []
+            async with asyncio.timeout(60):
+                while not statuses or statuses[-1] == 503:
+                    response = await caller.post(a1, "/increment", {a1.server.session_cookie: cookie})
+                    statuses.append(response.status)
+                    body = await response.json()
+                    if response.status == 503:
+                        assert response.headers["Retry-After"] == "1"
+                        assert silent in body["detail"]
+        assert statuses[0] == 503 and statuses[-1] == 410, statuses
+        assert silent in body["detail"] and owner in body["detail"] and "not answered" in body["detail"]
+
+
+async def test_a_replica_that_answers_again_is_alive_again():
+    """Silence counts from the first unanswered connect of an unbroken run: an answer resets it."""
+    async with replica_set(peer_dead_after_seconds=0.5) as ((r1, r2), caller):
+        cookies = await new_session(caller, r1.workers[0])
+        transport = r2.workers[0].server.replicas
+        forwarding = r1.forward_url.removeprefix("http://")
+        transport.silent_since[forwarding] = asyncio.get_running_loop().time() - 0.2
+        assert await count_of(caller, r2.workers[0], cookies) == 2
+        assert forwarding not in transport.silent_since
+
+
+async def test_replica_credentials_are_refused_outside_their_window():
+    credentials = ReplicaCredentials("x" * 40, window_seconds=10)
+    scope = {"method": "GET", "path": "/a", "query_string": b"b=1", "raw_path": b"/a"}
+    _, value = credentials.header(scope, "h:1", "d" * 16)
+    assert credentials.worker(value, scope, "h:1") == "d" * 16
+    assert credentials.worker(value, {**scope, "query_string": b"b=2"}, "h:1") is None
+    assert credentials.worker(value, {**scope, "method": "POST"}, "h:1") is None
+    assert ReplicaCredentials("y" * 40).worker(value, scope, "h:1") is None
+    stamp, worker, mac = value.decode().split()
+    assert credentials.worker(f"{stamp} {'e' * 16} {mac}".encode(), scope, "h:1") is None
+    late = credentials.mac(b"GET", b"/a?b=1", "h:1", worker, int(stamp) - 11)
+    assert credentials.worker(f"{int(stamp) - 11} {worker} {late}".encode(), scope, "h:1") is None
+
+
+
+def make_certificates(directory: str) -> dict[str, str]:
+    """A CA and one certificate it signed for 127.0.0.1 (every replica here shows it): the TLS settings."""
+    def run(*argv: str) -> None:
+        subprocess.run(["openssl", *argv], check=True, capture_output=True, timeout=30)
+
+    path = {name: os.path.join(directory, name) for name in ("ca.key", "ca.pem", "r.key", "r.csr", "r.pem", "san.ext")}
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", path["ca.key"], "-out", path["ca.pem"], "-days", "1", "-subj", "/CN=replica-test-ca")
+    run("req", *ec, "-keyout", path["r.key"], "-out", path["r.csr"], "-subj", "/CN=replica")
+    with open(path["san.ext"], "w") as extensions:
+        extensions.write("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", path["r.csr"], "-CA", path["ca.pem"], "-CAkey", path["ca.key"], "-CAcreateserial",
+        "-out", path["r.pem"], "-days", "1", "-extfile", path["san.ext"])
+    return {"replica_tls_certfile": path["r.pem"], "replica_tls_keyfile": path["r.key"], "replica_tls_ca_file": path["ca.pem"]}
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make certificates")
+async def test_with_tls_between_replicas_forwards_cross_over_tls_and_plain_http_is_not_served(tmp_path):
+    async with replica_set(**make_certificates(str(tmp_path))) as ((r1, r2), caller):
+        owner = r1.workers[0]
+        cookies = await new_session(caller, owner)
+        assert await count_of(caller, r2.workers[0], cookies) == 2
+        scope = {"method": "POST", "path": "/increment", "query_string": b""}
+        name, value = ReplicaCredentials(owner.server.secret).header(scope, r1.address, owner.server.worker_id)
+        cookie = f"{owner.server.session_cookie}={cookies[owner.server.session_cookie]}"
+        with pytest.raises(aiohttp.ClientError):
+            await caller.http.post(r1.forward_url + "/increment", headers=[(name.decode(), value.decode()), ("Cookie", cookie)])
+        assert await count_of(caller, r2.workers[1], cookies) == 3
+
+
+async def pool_increments(pool: OwnerPool, url: str, server: Worker, cookies: dict[str, str], times: int) -> list[tuple[str, int]]:
+    """Gym's owner pool sends ``/increment`` for the session, given ``url``: (worker that answered, count) each time."""
+    answers = []
+    async with aiohttp.ClientSession() as shared:
+        for _ in range(times):
+            response = await pool.request(
+                shared, server.server.name, cookies[server.server.session_cookie], "POST", url + "/increment", headers={"Cookie": cookie_header(cookies)}
+            )
+            answers.append((response.headers[WORKER_HEADER], (await response.json())["count"]))
+    await pool.close()
+    return answers
+
+
+async def test_gyms_client_sends_a_session_straight_to_its_owner_replica(two_replicas):
+    (r1, r2), caller = two_replicas
+    a1 = r1.workers[0]
+    cookies = await new_session(caller, a1)
+    answers = await pool_increments(OwnerPool(), r2.workers[0].url, a1, cookies, 4)
+    assert answers == [(a1.server.worker_id, count) for count in range(2, 6)]  # answered by the owner itself: no hop
+    assert all(worker.server.replicas.pools == {} for worker in r2.workers)  # nothing crossed from the other replica
+
+
+async def test_gyms_client_sends_to_the_url_it_was_given_when_the_owner_replica_takes_no_connection_from_it(two_replicas):
+    (r1, r2), caller = two_replicas
+    a1, b1 = r1.workers
+    cookies = await new_session(caller, b1)
+    await a1.stop()  # the replica's public address takes no connection now; its forwarding port still does (b1)
+    r2_entry = r2.workers[1]
+    pool = OwnerPool()
+    answers = await pool_increments(pool, r2_entry.url, b1, cookies, 2)
+    assert answers == [(r2_entry.server.worker_id, 2), (r2_entry.server.worker_id, 3)]
+    assert r1.address in pool.unreachable  # tried once, then not again for a while
