@@ -40,7 +40,7 @@ from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.replica import advertised_host, replica_address, replica_keys
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.transport import Transport, transport_class
-from nemo_gym.routing.transport.credentials import ReplicaCredentials
+from nemo_gym.routing.transport.credentials import WINDOW_SECONDS, ReplicaCredentials
 from nemo_gym.routing.transport.tcp import TcpTransport, tls_contexts
 from nemo_gym.routing.worker import new_worker_id
 from nemo_gym.server_utils import ServerClient
@@ -275,7 +275,7 @@ class SimpleServer(BaseModel):
         replica = replica_address(advertised_host(config.host, config.advertise_host), config.port)
         tls = (config.replica_tls_certfile, config.replica_tls_keyfile, config.replica_tls_ca_file)
         client_tls, server_tls = tls_contexts(*tls) if all(tls) else (None, None)
-        credentials = ReplicaCredentials(self.secret)
+        credentials = ReplicaCredentials(self.secret, WINDOW_SECONDS + config.peer_dead_after_seconds)
         return TcpTransport(credentials, replica, config.host, port, config.peer_dead_after_seconds, client_tls, server_tls)
 
     @contextlib.asynccontextmanager

@@ -4,9 +4,12 @@ The sender puts one ``X-NeMo-Gym-Replica-Auth`` header on each forwarded request
 ``<unix time> <worker> <mac>``, where the mac is HMAC-SHA256, under a key derived from the shared
 ``session_secret`` (never the secret itself), of the method, the request target (path and query, as
 sent), the replica the request is for, the worker it is for and the time. The receiver recomputes it
-for the request it got and for itself as the replica, and accepts it only within ``WINDOW_SECONDS``
-of its own clock either way: such a header cannot be sent to another path, replica or worker, nor
-used later. Within the window it can be replayed to the same target by whoever saw it on the wire,
+for the request it got and for itself as the replica, and accepts it only within its window of its
+own clock either way: such a header cannot be sent to another path, replica or worker, nor used
+later. A replica's window is ``WINDOW_SECONDS`` (how well the clocks agree) plus its
+``peer_dead_after_seconds``: a replica frozen (SIGSTOP, a stalled VM) reads what its peers sent it
+when it resumes, and they wait that long before they count it dead, so what it reads then is still
+served. Within the window a header can be replayed to the same target by whoever saw it on the wire,
 which TLS between the replicas prevents (README, "A replica set").
 """
 

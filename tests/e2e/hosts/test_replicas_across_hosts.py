@@ -33,10 +33,8 @@ THINK_SECONDS = 1.0
 # Beyond the bound itself, the seconds a killed host's sessions have to get their 410, on two shared cores.
 SLACK_SECONDS = 5
 READY_TIMEOUT_SECONDS = 120
-NOT_BUILT = pytest.mark.xfail(strict=True, reason="replicas across hosts: routing side not built yet")
 
 
-@NOT_BUILT
 @pytest.mark.parametrize("client", CLIENTS)
 def test_every_counter_episode_of_every_standard_client_keeps_its_count_across_three_hosts(replicas, client):
     args = {"client": client, "url": replicas.url, "episodes": EPISODES}
@@ -95,7 +93,6 @@ def increments(record: dict, status: int) -> int:
     return sum(path == "/increment_counter" and code == status for path, code, _, _ in record["steps"])
 
 
-@NOT_BUILT
 def test_a_host_frozen_for_ten_seconds_loses_none_of_its_sessions(replicas):
     """h2 SIGSTOPped for 10 s while sessions run, then SIGCONTed: no session ends, every count is kept."""
     frozen = replicas.lan["h2"]
@@ -148,7 +145,6 @@ def run_until_dead(replicas, take_down) -> list[dict]:
     return run_sessions(replicas, DOWN_SESSIONS, replicas.peer_dead_after_seconds + SLACK_SECONDS, down_then_go)
 
 
-@NOT_BUILT
 def test_a_killed_hosts_sessions_get_410_naming_it_and_every_other_session_keeps_its_count(replicas):
     """Every process of h3 SIGKILLed, its kernel still refusing connections; h3 stays down."""
     killed = replicas.lan["h3"]
@@ -157,7 +153,6 @@ def test_a_killed_hosts_sessions_get_410_naming_it_and_every_other_session_keeps
     assert_lost_and_kept(replicas, records, killed, r"(503 )*410 ")
 
 
-@NOT_BUILT
 def test_a_host_gone_from_the_network_has_its_sessions_answered_503_then_410_naming_it_and_the_others_kept(replicas):
     """After the kill of h3: h1 unplugged (nothing answers for it, not even a refusal) and every process of
     it SIGKILLed, as a host that lost power; h2 keeps serving."""

@@ -30,7 +30,7 @@ from nemo_gym.routing.worker import WORKER_HEADER
 from nemo_gym.config import free_port
 from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY
 from nemo_gym.routing.transport.base import Transport
-from nemo_gym.routing.transport.credentials import AUTH_HEADER, ReplicaCredentials
+from nemo_gym.routing.transport.credentials import AUTH_HEADER, WINDOW_SECONDS, ReplicaCredentials
 from nemo_gym.routing.transport.tcp import claim_forward_port
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, token_serializer
@@ -215,6 +215,26 @@ async def test_a_valid_credential_on_the_forwarding_port_is_served(two_replicas)
     cookie = f"{owner.server.session_cookie}={cookies[owner.server.session_cookie]}"
     response = await caller.http.post(r1.forward_url + "/increment", headers=[(name.decode(), value.decode()), ("Cookie", cookie)])
     assert await response.json() == {"worker": owner.server.worker_id, "count": 2}
+
+
+async def test_a_request_a_frozen_replica_reads_late_is_served_while_its_peers_still_count_it_alive():
+    """A replica frozen (SIGSTOP) reads what its peers sent it when it resumes: a credential older than the
+    clocks' window but within ``peer_dead_after_seconds`` is good; one older than both is not."""
+    async with replica_set(peer_dead_after_seconds=40) as ((r1, _), caller):
+        owner = r1.workers[0]
+        cookies = await new_session(caller, owner)
+        credentials = ReplicaCredentials(owner.server.secret)
+        cookie = ("Cookie", f"{owner.server.session_cookie}={cookies[owner.server.session_cookie]}")
+        worker = owner.server.worker_id
+
+        def sent_ago(seconds: int) -> tuple[str, str]:
+            stamp = int(time.time()) - seconds
+            return AUTH_HEADER, f"{stamp} {worker} {credentials.mac(b'POST', b'/increment', r1.address, worker, stamp)}"
+
+        response = await caller.http.post(r1.forward_url + "/increment", headers=[sent_ago(WINDOW_SECONDS + 20), cookie])
+        assert await response.json() == {"worker": worker, "count": 2}
+        response = await caller.http.post(r1.forward_url + "/increment", headers=[sent_ago(WINDOW_SECONDS + 40 + 5), cookie])
+        assert response.status == 401
 
 
 async def test_the_public_port_ignores_replica_credentials(two_replicas):
