@@ -4,7 +4,8 @@
 
 The checkout is only read. A copy of this project's tree is made under a temporary directory (or
 --scratch), and each of the checkout's resources_servers/*, responses_api_agents/* and
-responses_api_models/* directories is copied into it unchanged (replacing a directory of the same name).
+responses_api_models/* directories is copied into it unchanged (replacing a directory of the same name),
+with the checkout's benchmarks/, environments/ and fern/ (which servers and their tests read from the root).
 Then, per directory, with a small pool:
 
 - install: a virtualenv over this Python's packages gets what the directory declares (requirements.txt
@@ -53,6 +54,9 @@ import yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SERVER_KINDS = ("resources_servers", "responses_api_agents", "responses_api_models")
+# Upstream's top-level directories that its servers and their tests read from the checkout's root: benchmark
+# prompts and modules, environment configs and data, the docs pages a test checks against.
+SHARED_DIRECTORIES = ("benchmarks", "environments", "fern")
 SKIP_WHEN_COPYING = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".venv", ".pytest_cache")
 PYTEST_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)")
 UNDEFINED_VARIABLE = re.compile(r"Interpolation key '([\w.]+)' not found")
@@ -254,9 +258,9 @@ def server_directories(upstream: Path) -> list[Path]:
     return [path for kind in SERVER_KINDS if (upstream / kind).is_dir() for path in sorted((upstream / kind).iterdir()) if path.is_dir()]
 
 
-def make_scratch(scratch: Path, directories: list[Path]) -> Path:
-    """A copy of this project's tree under ``scratch``, with the upstream directories copied in (and the
-    stand-in resources server that configs' placeholders may name)."""
+def make_scratch(scratch: Path, upstream: Path, directories: list[Path]) -> Path:
+    """A copy of this project's tree under ``scratch``, with the upstream server directories and
+    ``SHARED_DIRECTORIES`` copied in (and the stand-in resources server that configs' placeholders may name)."""
     root = scratch / "project"
     shutil.copytree(PROJECT_ROOT, root, ignore=SKIP_WHEN_COPYING, symlinks=True)
     (root / "resources_servers" / STAND_IN_SERVER).mkdir()
@@ -265,6 +269,9 @@ def make_scratch(scratch: Path, directories: list[Path]) -> Path:
         target = root / directory.parent.name / directory.name
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(directory, target, symlinks=True, ignore=shutil.ignore_patterns(".venv", "__pycache__"))
+    for name in SHARED_DIRECTORIES:
+        if (upstream / name).is_dir():
+            shutil.copytree(upstream / name, root / name, symlinks=True, ignore=SKIP_WHEN_COPYING, dirs_exist_ok=True)
     return root
 
 
@@ -534,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="upstream-check-") as temporary:
         scratch = args.scratch.resolve() if args.scratch else Path(temporary)
         scratch.mkdir(parents=True, exist_ok=True)
-        root = scratch / "project" if args.resume and (scratch / "project").is_dir() else make_scratch(scratch, every)
+        root = scratch / "project" if args.resume and (scratch / "project").is_dir() else make_scratch(scratch, upstream, every)
         venvs = args.venvs.resolve() if args.venvs else scratch / "venvs"
         checker = Checker(upstream, root, scratch, venvs, not args.no_install, timeouts)
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:

@@ -187,3 +187,18 @@ def test_a_fake_checkout_is_checked_in_a_scratch_copy_and_left_as_it_was(tmp_pat
     assert broken["import_ok"] is False and broken["causes"][0] == "missing module nemo_gym.no_such_module"
     assert "apps importing: 1 of 2" in finished.stdout
     assert "missing module nemo_gym.no_such_module" in finished.stdout
+
+
+def test_the_upstream_directories_servers_read_outside_their_own_are_in_the_scratch_copy(tmp_path):
+    upstream = make_upstream(tmp_path / "upstream")
+    shared = {"benchmarks/critpt/prompts/turn2.yaml": "user: '{q}'\n", "environments/prime_agent_math/config.yaml": "a: 1\n",
+              "fern/versions/latest/pages/page.mdx": "# page\n"}
+    for relative, text in shared.items():
+        (upstream / relative).parent.mkdir(parents=True, exist_ok=True)
+        (upstream / relative).write_text(text)
+    (upstream / "tests").mkdir()
+    (upstream / "tests" / "upstream_only.py").write_text("")
+    root = check.make_scratch(tmp_path / "scratch", upstream, check.server_directories(upstream))
+    assert {relative: (root / relative).read_text() for relative in shared} == shared
+    assert (root / "resources_servers" / "good" / "util.py").is_file()
+    assert not (root / "tests" / "upstream_only.py").exists() and (root / "tests" / "unit_tests").is_dir()
