@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import types
+import unittest.mock
 import urllib.request
 from typing import Any, Dict
 
@@ -246,6 +247,16 @@ async def test_the_base_seed_session_takes_the_body_alone_as_upstreams_and_serve
         reply = await client.post("pyd", "/seed_session", json={"any": "row key"})
     await client.close()
     assert (reply.status, reply.body) == (200, {})
+
+
+@pytest.mark.anyio
+async def test_setup_webserver_works_on_a_server_built_with_model_post_init_patched_away_as_upstreams_tests_do():
+    instances = counter_instances()
+    with unittest.mock.patch.object(PydanticStateServer, "model_post_init"):
+        server = PydanticStateServer.for_instance("pyd", instances)
+    async with serving(server.setup_webserver()) as url, httpx.AsyncClient(base_url=url) as client:
+        reply = await client.post("/seed_session", json={})
+    assert (reply.status_code, server.worker_id) == (200, None)
 
 
 def module_with(source: str, name: str = "fixture_module") -> types.ModuleType:
