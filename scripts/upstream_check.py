@@ -9,11 +9,12 @@ with the checkout's benchmarks/, environments/ and fern/ (which servers and thei
 Then, per directory, with a small pool:
 
 - install: a virtualenv over this Python's packages gets what the directory declares (requirements.txt
-  or pyproject.toml; for upstream's own ``nemo-gym`` line, those of upstream's dependencies whose modules
-  the directory imports, such as ``ray``) and upstream's pytest plugins (the ``pytest*``
+  or pyproject.toml; for upstream's own ``nemo-gym[...]`` line, those of upstream's dependencies and of
+  the extras it names whose modules the directory, or a server directory it reaches through its imports
+  or its configs, imports, such as ``ray``) and upstream's pytest plugins (the ``pytest*``
   entries of its ``dev`` extra: pytest-asyncio for ``asyncio_mode=auto``); bounded in time, and a failed
   install is recorded as a cause (the rest still runs). --no-install uses this Python as it is; with
-  --venvs DIR the virtualenvs are kept there and a later run reuses them as they are.
+  --venvs DIR the virtualenvs are kept there and a later run gives a kept one only what it did not get.
 - import: ``<kind>.<name>.app`` imported from the server directory, it and the root on PYTHONPATH.
 - tests: its own tests as upstream's ``ng_test`` runs them (as ``gym env test`` does here): cwd the
   server directory, it and the root first on PYTHONPATH, pytest with ``asyncio_mode=auto``; bounded in time.
