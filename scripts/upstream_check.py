@@ -291,14 +291,15 @@ def upstream_dependencies_used(upstream: Path, directory: Path) -> list[str]:
     return wanted
 
 
-def saved_install(marker: Path, directory: Path) -> tuple[str, str | None, list[str]]:
+def saved_install(marker: Path, directory: Path, plugins: list[str]) -> tuple[str, str | None, list[str]]:
     """What a kept virtualenv's marker says: the install's outcome, its cause, and what was installed (a
-    marker of an earlier version of this script lists nothing: it had the directory's declared requirements)."""
+    marker of an earlier version of this script lists nothing: it had the plugins and the directory's
+    declared requirements)."""
     if not marker.is_file():
         return "skipped", None, []
     saved = json.loads(marker.read_text())
     if isinstance(saved, list):
-        return saved[0], saved[1], declared_requirements(directory)
+        return saved[0], saved[1], [*plugins, *declared_requirements(directory)]
     return saved["install"], saved["cause"], saved["requirements"]
 
 
@@ -379,7 +380,7 @@ class Checker:
         requirements = declared_requirements(directory)
         if declares_upstream_package(directory):
             requirements += upstream_dependencies_used(self.upstream, directory)
-        install, cause, done = saved_install(marker, directory)
+        install, cause, done = saved_install(marker, directory, self.plugins)
         missing = [requirement for requirement in [*self.plugins, *requirements] if requirement not in done]
         if missing:
             if not marker.is_file():

@@ -134,13 +134,13 @@ def test_upstream_dependencies_reached_through_another_servers_code_or_a_config_
 
 def test_a_kept_virtualenv_gets_what_the_directory_needs_now_and_did_not_get_before(tmp_path):
     marker = tmp_path / "venv" / check.INSTALL_MARKER
-    assert check.saved_install(marker, tmp_path) == ("skipped", None, [])
+    assert check.saved_install(marker, tmp_path, ["pytest-asyncio"]) == ("skipped", None, [])
     marker.parent.mkdir()
     check.save_install(marker, "ok", None, ["pytest-asyncio", "ray"])
-    assert check.saved_install(marker, tmp_path) == ("ok", None, ["pytest-asyncio", "ray"])
+    assert check.saved_install(marker, tmp_path, ["pytest-asyncio"]) == ("ok", None, ["pytest-asyncio", "ray"])
     (tmp_path / "requirements.txt").write_text("-e nemo-gym[dev] @ ../../\nmath-verify\n")
     marker.write_text('["failed: no network", "install failed: math-verify"]')
-    assert check.saved_install(marker, tmp_path) == ("failed: no network", "install failed: math-verify", ["math-verify"])
+    assert check.saved_install(marker, tmp_path, ["pytest-asyncio"]) == ("failed: no network", "install failed: math-verify", ["pytest-asyncio", "math-verify"])
 
 
 GOOD_APP = check.STAND_IN_APP.replace("class StandInConfig(BaseResourcesServerConfig):\n    pass",
