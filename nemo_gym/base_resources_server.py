@@ -139,7 +139,8 @@ class SimpleResourcesServer(AggregateMetricsMixin, SimpleServer):
             yield
         # --- end of MCP exposure
 
-    async def seed_session(self, request: Request, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
+    async def seed_session(self, body: BaseSeedSessionRequest) -> BaseSeedSessionResponse:
+        """Upstream's signature: the row alone. An override may take ``request`` first to reach its session."""
         return BaseSeedSessionResponse()
 
     async def verify(self, request: Request, body: BaseVerifyRequest) -> BaseVerifyResponse:

@@ -22,7 +22,7 @@ from nemo_gym.global_config import OBSERVABILITY_ENABLED_KEY_NAME, TOKEN_ID_CAPT
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParams, NeMoGymResponseCreateParamsNonStreaming
 from nemo_gym.reward_profile import AggregateMetricsMixin, compute_aggregate_metrics
 from nemo_gym.rollout_correlation import maybe_rollout_id_from_run_body, rollout_context
-from nemo_gym.response_stream import response_reply
+from nemo_gym.response_stream import answer
 from nemo_gym.server import SimpleServer
 from nemo_gym.server_utils import apply_rollout_prefix, get_first_server_config_dict, get_response_json, rollout_path_prefix
 
@@ -76,9 +76,7 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
 
     async def answer_responses(self, request: Request, response: HTTPResponse, body: NeMoGymResponseCreateParams) -> HTTPResponse:
         """The response ``responses`` makes, as JSON or as events, with the cookies ``responses`` set."""
-        given = {"request": request, "response": response, "body": body.non_streaming()}
-        parameters = inspect.signature(self.responses).parameters
-        reply = response_reply(await self.responses(**{name: value for name, value in given.items() if name in parameters}), body.stream)
+        reply = await answer(self.responses, {"request": request, "response": response, "body": body.non_streaming()}, body.stream)
         reply.raw_headers.extend(header for header in response.raw_headers if header[0] == b"set-cookie")
         return reply
 

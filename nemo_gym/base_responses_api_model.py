@@ -9,7 +9,7 @@ from starlette.responses import Response as HTTPResponse
 
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParams, NeMoGymResponseCreateParamsNonStreaming
-from nemo_gym.response_stream import response_reply
+from nemo_gym.response_stream import answer
 from nemo_gym.rollout_correlation import RolloutContextMiddleware
 from nemo_gym.server import SimpleServer
 
@@ -35,7 +35,7 @@ class SimpleResponsesAPIModel(SimpleServer):
 
     async def answer_responses(self, request: Request, body: NeMoGymResponseCreateParams) -> HTTPResponse:
         """The response ``responses`` makes, as JSON, or as Responses API events when the request asks to stream."""
-        return response_reply(await self.responses(request, body.non_streaming()), body.stream)
+        return await answer(self.responses, {"request": request, "body": body.non_streaming()}, body.stream)
 
     async def responses(self, request: Request, body: NeMoGymResponseCreateParamsNonStreaming) -> NeMoGymResponse:
         raise NotImplementedError

@@ -74,7 +74,7 @@ class CatalogSettings(BaseModel):
     verified_url: str | None = None
     description: str | None = None
     value: str | None = None
-    datasets: list[DatasetConfig] = []
+    datasets: list[DatasetConfig] | None = None  # upstream's optional list: null is no datasets
 
 
 class BaseServerConfig(ConfigKeys):

@@ -6,8 +6,9 @@ in the API's order (created, in progress, each item opened, its content, each it
 
 from __future__ import annotations
 
+import inspect
 import json
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -77,3 +78,11 @@ def server_sent_events(response: NeMoGymResponse) -> StreamingResponse:
 def response_reply(response: NeMoGymResponse, stream: bool | None) -> HTTPResponse:
     """The HTTP reply to ``POST /v1/responses``: the response as JSON, or as events when the request asked to stream."""
     return server_sent_events(response) if stream else JSONResponse(dump(response))
+
+
+async def answer(responses: Callable[..., Awaitable[NeMoGymResponse]], given: dict[str, Any], stream: bool | None) -> HTTPResponse:
+    """The reply of a server's ``responses`` called with those of ``given`` (``request``, ``response``,
+    ``body``) it declares, by name: upstream's servers declare ``responses(self, body)`` as often as
+    ``responses(self, request, body)``."""
+    parameters = inspect.signature(responses).parameters
+    return response_reply(await responses(**{name: value for name, value in given.items() if name in parameters}), stream)

@@ -85,7 +85,12 @@ def compute_aggregate_metrics(
     group_level = [{TASK_INDEX_KEY_NAME: rows[0].get(TASK_INDEX_KEY_NAME, 0), **describe(rows)} for rows in tasks]
     agent_metrics: dict[str, Any] = describe(verify_responses)
     if compute_metrics_fn is not None:
-        agent_metrics |= compute_metrics_fn(tasks)
+        custom = dict(compute_metrics_fn(tasks))
+        # Upstream's contract: ``per_task_metrics`` rows join the group-level row of their task index.
+        per_task = {row[TASK_INDEX_KEY_NAME]: row for row in custom.pop("per_task_metrics", None) or []}
+        for group in group_level:
+            group.update(per_task.get(group[TASK_INDEX_KEY_NAME], {}))
+        agent_metrics |= custom
     key_metrics = (get_key_metrics_fn or mean_metrics)(agent_metrics)
     rewards = [float(row.get("reward", 0.0)) for row in verify_responses]
     return AggregateMetrics(

@@ -201,6 +201,9 @@ class SimpleServer(BaseModel):
         The app has its sessions already, as upstream's does, so a test can serve it alone; ``build_app``
         keeps them its outermost layer, outside whatever the subclass adds.
         """
+        if self.__pydantic_private__ is None:
+            # Built with model_post_init patched away (upstream's agent tests do): the private attributes' defaults.
+            object.__setattr__(self, "__pydantic_private__", {name: attr.get_default() for name, attr in self.__private_attributes__.items()})
         # An empty instance name (upstream's tests use one) would be an OpenAPI document without a title.
         app = FastAPI(title=self.name or type(self).__name__, lifespan=self.lifespan)
         app.router.route_class = StrictJSONRoute

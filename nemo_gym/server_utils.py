@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import urllib.error
+import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 from omegaconf import DictConfig
@@ -25,12 +27,13 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client.owner_pool import OwnerPool, read_in_full
 from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT, BaseServerConfig
 from nemo_gym.env import DEFAULT_HEAD_PORT as DEFAULT_HEAD_SERVER_PORT, ENTRYPOINT_ENV, WORKER_ENV  # noqa: F401 (upstream's name)
-from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict, maybe_get_global_config_dict
+from nemo_gym.global_config import HEAD_SERVER_KEY_NAME, get_first_server_config_dict, get_global_config_dict, maybe_get_global_config_dict
 from nemo_gym.sessions.cookie import session_cookie_name
 
 __all__ = [
     "SESSION_ID_KEY",
     "ServerClient",
+    "ServerStatus",
     "apply_rollout_prefix",
     "get_first_server_config_dict",
     "get_response_json",
@@ -76,6 +79,12 @@ def cookie_value(cookies: Any, name: str) -> str | None:
     return getattr(value, "value", value)
 
 
+# Upstream's ServerClient.poll_for_status results.
+ServerStatus = Literal["success", "connection_error", "timeout", "unknown_error"]
+# Servers are reached directly, never through a proxy of the environment.
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 class ServerClient(BaseModel):
     """Calls the instances of one config by name."""
 
@@ -119,6 +128,27 @@ class ServerClient(BaseModel):
         url = self.url(server_name, url_path)
         kwargs = json_ready(kwargs)
         return await send(lambda: self.owner_pool.request(self.session(), server_name, session_cookie, method, url, **kwargs))
+
+    def poll_for_status(self, server_name: str) -> ServerStatus:
+        """Upstream's readiness probe (blocking): ``success`` when the server's root answers at all (any
+        status), else ``connection_error``, ``timeout`` (5 s) or ``unknown_error``."""
+        try:
+            if server_name == HEAD_SERVER_KEY_NAME:
+                settings = self.global_config_dict[HEAD_SERVER_KEY_NAME]
+            else:
+                settings = get_first_server_config_dict(self.global_config_dict, server_name)
+            DIRECT.open(self._build_server_base_url(settings), timeout=5).close()
+        except urllib.error.HTTPError:
+            return "success"
+        except urllib.error.URLError as error:
+            if isinstance(error.reason, TimeoutError):
+                return "timeout"
+            return "connection_error" if isinstance(error.reason, OSError) else "unknown_error"
+        except TimeoutError:
+            return "timeout"
+        except Exception:
+            return "unknown_error"
+        return "success"
 
     async def get(self, server_name: str, url_path: str, **kwargs: Any) -> aiohttp.ClientResponse:
         return await self.request(server_name, url_path, "GET", **kwargs)

@@ -4,15 +4,17 @@
 
 The checkout is only read. A copy of this project's tree is made under a temporary directory (or
 --scratch), and each of the checkout's resources_servers/*, responses_api_agents/* and
-responses_api_models/* directories is copied into it unchanged (replacing a directory of the same name).
+responses_api_models/* directories is copied into it unchanged (replacing a directory of the same name),
+with the checkout's benchmarks/, environments/ and fern/ (which servers and their tests read from the root).
 Then, per directory, with a small pool:
 
 - install: a virtualenv over this Python's packages gets what the directory declares (requirements.txt
-  or pyproject.toml; for upstream's own ``nemo-gym`` line, those of upstream's dependencies whose modules
-  the directory imports, such as ``ray``) and upstream's pytest plugins (the ``pytest*``
+  or pyproject.toml; for upstream's own ``nemo-gym[...]`` line, those of upstream's dependencies and of
+  the extras it names whose modules the directory, or a server directory it reaches through its imports
+  or its configs, imports, such as ``ray``) and upstream's pytest plugins (the ``pytest*``
   entries of its ``dev`` extra: pytest-asyncio for ``asyncio_mode=auto``); bounded in time, and a failed
   install is recorded as a cause (the rest still runs). --no-install uses this Python as it is; with
-  --venvs DIR the virtualenvs are kept there and a later run reuses them as they are.
+  --venvs DIR the virtualenvs are kept there and a later run gives a kept one only what it did not get.
 - import: ``<kind>.<name>.app`` imported from the server directory, it and the root on PYTHONPATH.
 - tests: its own tests as upstream's ``ng_test`` runs them (as ``gym env test`` does here): cwd the
   server directory, it and the root first on PYTHONPATH, pytest with ``asyncio_mode=auto``; bounded in time.
@@ -53,6 +55,9 @@ import yaml
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SERVER_KINDS = ("resources_servers", "responses_api_agents", "responses_api_models")
+# Upstream's top-level directories that its servers and their tests read from the checkout's root: benchmark
+# prompts and modules, environment configs and data, the docs pages a test checks against.
+SHARED_DIRECTORIES = ("benchmarks", "environments", "fern")
 SKIP_WHEN_COPYING = shutil.ignore_patterns(".git", "__pycache__", "*.egg-info", ".venv", ".pytest_cache")
 PYTEST_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected)")
 UNDEFINED_VARIABLE = re.compile(r"Interpolation key '([\w.]+)' not found")
@@ -63,6 +68,7 @@ UNDEFINED_INSTANCE = re.compile(r"([\w.\-]+): refers to instance '([\w.\-]+)', w
 SELECT_OR_NULL = re.compile(r"\$\{oc\.select:([\w.]+),\s*null\s*\}")
 ENVIRONMENT_OR_NULL = re.compile(r"\$\{oc\.env:(\w+),\s*null\s*\}")
 UNDEFINED_COPY = re.compile(r"_copy: no key '([\w\-]+)' in the config")
+SERVER_IMPORT = re.compile(rf"^\s*(?:from|import)\s+({'|'.join(SERVER_KINDS)})\.(\w+)", re.MULTILINE)
 MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
 MISSING_NAME = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
 STAND_IN_URL = "http://127.0.0.1:8000/v1"
@@ -85,6 +91,7 @@ class StandInServer(SimpleResourcesServer):
 """
 MAX_FILLS = 12
 CONFIG_LINE = "upstream_check config: "
+INSTALL_MARKER = "upstream_check_install.json"
 ENV_YAML = ("policy_base_url", "policy_api_key", "policy_model_name")
 
 
@@ -173,13 +180,23 @@ def stand_in(key: str) -> str:
     return "stand-in"
 
 
+def required(key: str) -> list[str]:
+    """The overrides that fill a required key: a server reference (``resources_server``, ``*model_server``)
+    names the stand-in of its kind, anything else is ``stand_in``."""
+    last = key.rsplit(".", 1)[-1]
+    if last == "resources_server" or last.endswith("model_server"):
+        kind = "resources_servers" if last == "resources_server" else "responses_api_models"
+        return [f"++{key}.type={kind}", f"++{key}.name={stand_in(key + '.name')}"]
+    return [f"++{key}={stand_in(key)}"]
+
+
 def fill_placeholders(error: str) -> tuple[list[str], dict[str, dict], dict[str, str]]:
     """From a ``gym env resolve`` error: the ``++key=value`` overrides, the instances to define and the
     environment variables to set that fill its undefined variables, required values, servers referred to
     (a resources server referred to is a stand-in that verifies nothing; any other is upstream's
     ``openai_model`` at the stand-in URL) and ``${oc.env:NAME}`` without a default."""
     overrides = [f"++{key}={stand_in(key)}" for key in UNDEFINED_VARIABLE.findall(error)]
-    overrides += [f"++{key}={stand_in(key)}" for key in REQUIRED_VALUE.findall(error) + REQUIRED_FIELD.findall(error)]
+    overrides += [override for key in REQUIRED_VALUE.findall(error) + REQUIRED_FIELD.findall(error) for override in required(key)]
     instances = {name: RESOURCES_STAND_IN if "resources_server" in key.rsplit(".", 1)[-1] else MODEL_STAND_IN
                  for key, name in UNDEFINED_INSTANCE.findall(error)}
     instances.update({name: MODEL_STAND_IN for name in UNDEFINED_COPY.findall(error) if "model" in name})
@@ -216,21 +233,78 @@ def imported_names(directory: Path) -> set[str]:
     return names
 
 
+def servers_named(directory: Path) -> set[tuple[str, str]]:
+    """The server directories (kind, name) a directory's Python files import and its configs define instances of."""
+    named: set[tuple[str, str]] = set()
+    for path in directory.rglob("*.py"):
+        named.update(SERVER_IMPORT.findall(path.read_text(errors="replace")))
+    for config in directory.glob("configs/**/*.yaml"):
+        with contextlib.suppress(yaml.YAMLError, UnicodeDecodeError):
+            loaded = yaml.safe_load(config.read_text())
+            for instance in (loaded.values() if isinstance(loaded, dict) else ()):
+                for kind, servers in (instance.items() if isinstance(instance, dict) else ()):
+                    if kind in SERVER_KINDS and isinstance(servers, dict):
+                        named.update((kind, name) for name in servers)
+    return named
+
+
+def directories_reached(directory: Path) -> list[Path]:
+    """The directory and the server directories beside it that it reaches: those its code imports or its
+    configs name, theirs, and so on (their modules are imported when its tests run or its configs load)."""
+    root, reached, pending = directory.parent.parent, [directory], [directory]
+    while pending:
+        for kind, name in sorted(servers_named(pending.pop())):
+            other = root / kind / name
+            if other.is_dir() and other not in reached:
+                reached.append(other)
+                pending.append(other)
+    return reached
+
+
+def upstream_extras(directory: Path) -> list[str]:
+    """The extras named on a directory's upstream package line (``nemo-gym[dev,sandbox]``)."""
+    for line in declared_lines(directory):
+        if UPSTREAM_PACKAGE.match(line) and (extras := re.search(r"\[([\w,\s-]+)\]", line)):
+            return [extra.strip() for extra in extras.group(1).split(",")]
+    return []
+
+
 def upstream_dependencies_used(upstream: Path, directory: Path) -> list[str]:
-    """Of upstream's own dependencies (its root pyproject, which a directory's ``nemo-gym`` line installs
-    upstream), those not installed here whose module the directory's code imports (``ray``, ``psutil``, ...)."""
+    """Of upstream's own dependencies (its root pyproject's, and those of the extras the directory's
+    ``nemo-gym[...]`` line names), those not installed here whose module the directory's code, or that of
+    a server directory it reaches (``directories_reached``), imports (``ray``, ``psutil``, ...). The
+    ``pytest*`` entries are left to ``upstream_test_plugins``."""
     pyproject = upstream / "pyproject.toml"
     if not pyproject.is_file():
         return []
-    used = imported_names(directory)
-    dependencies = tomllib.loads(pyproject.read_text()).get("project", {}).get("dependencies", [])
+    used = set().union(*map(imported_names, directories_reached(directory)))
+    project = tomllib.loads(pyproject.read_text()).get("project", {})
+    extras = project.get("optional-dependencies", {})
+    entries = [*project.get("dependencies", []), *(entry for extra in upstream_extras(directory) for entry in extras.get(extra, []))]
     module = {"gitpython": "git", "hydra_core": "hydra", "mlflow_skinny": "mlflow"}
     wanted = []
-    for entry in dependencies:
+    for entry in entries:
         name = re.split(r"[\[<>=!~ ;]", entry, maxsplit=1)[0]
-        if module.get(name.lower().replace("-", "_"), name.lower().replace("-", "_")) in used and not installed(name):
+        key = name.lower().replace("-", "_")
+        if not name.startswith("pytest") and module.get(key, key) in used and not installed(name) and entry not in wanted:
             wanted.append(entry)
     return wanted
+
+
+def saved_install(marker: Path, directory: Path, plugins: list[str]) -> tuple[str, str | None, list[str]]:
+    """What a kept virtualenv's marker says: the install's outcome, its cause, and what was installed (a
+    marker of an earlier version of this script lists nothing: it had the plugins and the directory's
+    declared requirements)."""
+    if not marker.is_file():
+        return "skipped", None, []
+    saved = json.loads(marker.read_text())
+    if isinstance(saved, list):
+        return saved[0], saved[1], [*plugins, *declared_requirements(directory)]
+    return saved["install"], saved["cause"], saved["requirements"]
+
+
+def save_install(marker: Path, install: str, cause: str | None, requirements: list[str]) -> None:
+    marker.write_text(json.dumps({"install": install, "cause": cause, "requirements": requirements}))
 
 
 def installed(distribution: str) -> bool:
@@ -254,9 +328,9 @@ def server_directories(upstream: Path) -> list[Path]:
     return [path for kind in SERVER_KINDS if (upstream / kind).is_dir() for path in sorted((upstream / kind).iterdir()) if path.is_dir()]
 
 
-def make_scratch(scratch: Path, directories: list[Path]) -> Path:
-    """A copy of this project's tree under ``scratch``, with the upstream directories copied in (and the
-    stand-in resources server that configs' placeholders may name)."""
+def make_scratch(scratch: Path, upstream: Path, directories: list[Path]) -> Path:
+    """A copy of this project's tree under ``scratch``, with the upstream server directories and
+    ``SHARED_DIRECTORIES`` copied in (and the stand-in resources server that configs' placeholders may name)."""
     root = scratch / "project"
     shutil.copytree(PROJECT_ROOT, root, ignore=SKIP_WHEN_COPYING, symlinks=True)
     (root / "resources_servers" / STAND_IN_SERVER).mkdir()
@@ -265,6 +339,9 @@ def make_scratch(scratch: Path, directories: list[Path]) -> Path:
         target = root / directory.parent.name / directory.name
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(directory, target, symlinks=True, ignore=shutil.ignore_patterns(".venv", "__pycache__"))
+    for name in SHARED_DIRECTORIES:
+        if (upstream / name).is_dir():
+            shutil.copytree(upstream / name, root / name, symlinks=True, ignore=SKIP_WHEN_COPYING, dirs_exist_ok=True)
     return root
 
 
@@ -293,33 +370,36 @@ class Checker:
         return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "PYTHONDONTWRITEBYTECODE": "1"}
 
     def python_for(self, directory: Path, result: Result) -> str:
-        """A virtualenv with what the directory declares (or this Python, with --no-install)."""
+        """A virtualenv with what the directory declares (or this Python, with --no-install). A kept one
+        gets only what the directory needs now and did not get before (nothing that failed is tried again)."""
         if not self.install:
             return sys.executable
         venv = self.venvs / f"{directory.parent.name}__{directory.name}"
         python = str(venv / "bin" / "python")
-        marker = venv / "upstream_check_install.json"
-        if marker.is_file():
-            result.install, cause = json.loads(marker.read_text())
-            if cause:
-                result.add_cause(cause)
-            return python
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True, capture_output=True)
+        marker = venv / INSTALL_MARKER
         requirements = declared_requirements(directory)
         if declares_upstream_package(directory):
             requirements += upstream_dependencies_used(self.upstream, directory)
-        command = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--disable-pip-version-check", *self.plugins, *requirements]
-        code, output = run(command, directory, self.env(None), self.timeouts["install"])
-        if code is None:
-            result.install = f"timed out after {self.timeouts['install']:.0f}s"
-        elif code:
-            result.install = "failed: " + last_exception(output)[:200]
-        else:
-            result.install = "ok"
-        cause = None if result.install == "ok" else f"install {result.install.split(':')[0]}: " + " ".join(requirements)[:120]
+        install, cause, done = saved_install(marker, directory, self.plugins)
+        missing = [requirement for requirement in [*self.plugins, *requirements] if requirement not in done]
+        if missing:
+            if not marker.is_file():
+                subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True, capture_output=True)
+            command = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--disable-pip-version-check", *missing]
+            code, output = run(command, directory, self.env(None), self.timeouts["install"])
+            if code is None:
+                step = f"timed out after {self.timeouts['install']:.0f}s"
+            elif code:
+                step = "failed: " + last_exception(output)[:200]
+            else:
+                step = "ok"
+            if install in ("skipped", "ok"):
+                install = step
+                cause = None if step == "ok" else f"install {step.split(':')[0]}: " + " ".join(missing)[:120]
+            save_install(marker, install, cause, [*done, *missing])
+        result.install = install
         if cause:
             result.add_cause(cause)
-        marker.write_text(json.dumps([result.install, cause]))
         return python
 
     def check(self, directory: Path) -> Result:
@@ -534,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="upstream-check-") as temporary:
         scratch = args.scratch.resolve() if args.scratch else Path(temporary)
         scratch.mkdir(parents=True, exist_ok=True)
-        root = scratch / "project" if args.resume and (scratch / "project").is_dir() else make_scratch(scratch, every)
+        root = scratch / "project" if args.resume and (scratch / "project").is_dir() else make_scratch(scratch, upstream, every)
         venvs = args.venvs.resolve() if args.venvs else scratch / "venvs"
         checker = Checker(upstream, root, scratch, venvs, not args.no_install, timeouts)
         with ThreadPoolExecutor(max(1, args.jobs)) as pool:

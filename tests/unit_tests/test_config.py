@@ -296,6 +296,11 @@ def test_a_training_dataset_without_a_license_is_an_error_naming_the_file_and_th
     assert "needs a license" in str(error.value)
 
 
+def test_datasets_null_loads_as_no_datasets_as_upstreams_optional_list(tmp_path):
+    instances = discovery.load([write(tmp_path / "counter.yaml", COUNTER + "      datasets: null\n")], roots=[gym_config.REPO_ROOT])
+    assert instances["counter"].settings["datasets"] is None
+
+
 def test_a_typo_next_to_upstream_keys_is_still_an_error_naming_the_file_and_the_key(tmp_path):
     path = write(tmp_path / "upstream.yaml", UPSTREAM_SHAPED.replace("      verified: false\n", "      verifed: false\n"))
     with pytest.raises(ConfigError) as error:

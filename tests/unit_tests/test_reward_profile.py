@@ -10,7 +10,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import SimpleResourcesServer
 from nemo_gym.base_responses_api_agent import SimpleResponsesAPIAgent
 from nemo_gym.client.reading import ReadingClient
-from nemo_gym.reward_profile import add_avg_sample_std_dev, compute_pass_majority_metrics, compute_subset_metrics, highest_k_metrics
+from nemo_gym.reward_profile import add_avg_sample_std_dev, compute_aggregate_metrics, compute_pass_majority_metrics, compute_subset_metrics, highest_k_metrics
 from tests.unit_tests.in_process_server import serving
 
 ROWS = [
@@ -114,3 +114,15 @@ def test_avg_sample_std_dev_adds_nothing_for_one_rollout_per_task():
     metrics: dict = {}
     add_avg_sample_std_dev(metrics, [[{"accuracy": 1.0}]], ["accuracy"], 1)
     assert metrics == {}
+
+
+def test_per_task_metrics_of_compute_metrics_join_their_tasks_group_level_row_as_upstreams():
+    rows = [{"_ng_task_index": task, "_ng_rollout_index": rollout, "reward": float(task == rollout)} for task in (0, 1) for rollout in (0, 1)]
+
+    def compute_metrics(tasks):
+        per_task = [{"_ng_task_index": group[0]["_ng_task_index"], "instance_id": f"task-{group[0]['_ng_task_index']}"} for group in tasks]
+        return {"solved": 2, "per_task_metrics": per_task}
+
+    result = compute_aggregate_metrics(rows, compute_metrics)
+    assert [(group["_ng_task_index"], group["instance_id"]) for group in result.group_level_metrics] == [(0, "task-0"), (1, "task-1")]
+    assert result.agent_metrics["solved"] == 2 and "per_task_metrics" not in result.agent_metrics

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import types
+import unittest.mock
 import urllib.request
 from typing import Any, Dict
 
@@ -21,7 +22,13 @@ from pydantic import BaseModel, Field, ValidationError
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
-from nemo_gym.base_resources_server import BaseResourcesServerConfig, ReverifyMode, SimpleResourcesServer
+from nemo_gym.base_resources_server import (
+    BaseResourcesServerConfig,
+    BaseSeedSessionRequest,
+    BaseSeedSessionResponse,
+    ReverifyMode,
+    SimpleResourcesServer,
+)
 from nemo_gym.client.reading import ReadingClient
 from nemo_gym.config import Instance, free_port
 from nemo_gym.env import CONFIG_PATH_ENV, INSTANCE_ENV, WORKER_ENV
@@ -228,6 +235,28 @@ async def test_get_reverify_mode_answers_the_mode_the_config_class_declares():
             reply = await client.get("pyd", "/reverify_mode")
         await client.close()
         assert (reply.status, reply.body) == (200, mode)
+
+
+@pytest.mark.anyio
+async def test_the_base_seed_session_takes_the_body_alone_as_upstreams_and_serves_an_empty_reply():
+    server = PydanticStateServer.for_instance("pyd", counter_instances())
+    assert (await server.seed_session(BaseSeedSessionRequest())) == BaseSeedSessionResponse()
+    instances = counter_instances()
+    client = ReadingClient(instances)
+    async with serving(PydanticStateServer.for_instance("pyd", instances).build_app(), instances["pyd"].port):
+        reply = await client.post("pyd", "/seed_session", json={"any": "row key"})
+    await client.close()
+    assert (reply.status, reply.body) == (200, {})
+
+
+@pytest.mark.anyio
+async def test_setup_webserver_works_on_a_server_built_with_model_post_init_patched_away_as_upstreams_tests_do():
+    instances = counter_instances()
+    with unittest.mock.patch.object(PydanticStateServer, "model_post_init"):
+        server = PydanticStateServer.for_instance("pyd", instances)
+    async with serving(server.setup_webserver()) as url, httpx.AsyncClient(base_url=url) as client:
+        reply = await client.post("/seed_session", json={})
+    assert (reply.status_code, server.worker_id) == (200, None)
 
 
 def module_with(source: str, name: str = "fixture_module") -> types.ModuleType:

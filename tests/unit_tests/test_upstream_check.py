@@ -62,6 +62,16 @@ def test_placeholders_are_filled_as_a_users_env_yaml_would():
     assert check.fill_placeholders(refs)[1] == {"r": check.RESOURCES_STAND_IN}
     missing = "gym: error: a.yaml: g.resources_servers.google_search.google_api_key: Field required"
     assert check.fill_placeholders(missing)[0] == ["++g.resources_servers.google_search.google_api_key=stand-in"]
+    refs = textwrap.dedent("""\
+        gym: error: 2 config values cannot be resolved:
+        a.yaml: g.responses_api_agents.gymnasium_agent.resources_server: Field required
+        a.yaml: g.responses_api_agents.gymnasium_agent.judge_model_server: Field required
+        """)
+    assert check.fill_placeholders(refs)[0] == [
+        "++g.responses_api_agents.gymnasium_agent.resources_server.type=resources_servers",
+        f"++g.responses_api_agents.gymnasium_agent.resources_server.name={check.STAND_IN_SERVER}",
+        "++g.responses_api_agents.gymnasium_agent.judge_model_server.type=responses_api_models",
+        "++g.responses_api_agents.gymnasium_agent.judge_model_server.name=policy_model"]
     copied = "gym: error: a.yaml: simulator_model._copy: no key 'policy_model' in the config; did you mean 'policy_model_name'?"
     assert check.fill_placeholders(copied)[1] == {"policy_model": check.MODEL_STAND_IN}
     unset = """KeyError raised while resolving interpolation: "Environment variable 'BBQ_JUDGE_BASE_URL' not found\""""
@@ -100,6 +110,37 @@ def test_upstreams_own_dependencies_are_installed_where_the_directory_imports_th
     wanted = check.upstream_dependencies_used(tmp_path, directory)
     assert "ray[default]>=2.5" in wanted and "pydantic" not in wanted and "psutil" not in wanted
     assert ("GitPython>=3" in wanted) == (not check.installed("GitPython"))
+
+
+def test_upstream_dependencies_reached_through_another_servers_code_or_a_config_naming_it_are_installed(tmp_path):
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\ndependencies = ["upstream-check-fake-one", "upstream-check-fake-two>=2", "upstream-check-fake-unused"]\n'
+        '[project.optional-dependencies]\ndev = ["pytest-asyncio", "upstream-check-fake-dev"]\nsandbox = ["upstream-check-fake-box"]\n'
+        'other = ["upstream-check-fake-other"]\n')
+    agent, helper, named = (tmp_path / "responses_api_agents" / "agent", tmp_path / "resources_servers" / "helper",
+                            tmp_path / "responses_api_models" / "named")
+    for directory in (agent / "configs", helper, named):
+        directory.mkdir(parents=True)
+    (agent / "requirements.txt").write_text("-e nemo-gym[dev,sandbox] @ ../../\n")
+    (agent / "app.py").write_text("from resources_servers.helper.prepare import rows\nimport upstream_check_fake_dev\n"
+                                  "import upstream_check_fake_box, upstream_check_fake_other\n")
+    (agent / "configs" / "agent.yaml").write_text("a:\n  responses_api_agents:\n    agent: {entrypoint: app.py}\n"
+                                                  "m:\n  responses_api_models:\n    named: {entrypoint: app.py, x: '${y}'}\n")
+    (helper / "prepare.py").write_text("import upstream_check_fake_one\n")
+    (named / "app.py").write_text("from upstream_check_fake_two import thing\n")
+    assert check.upstream_dependencies_used(tmp_path, agent) == [
+        "upstream-check-fake-one", "upstream-check-fake-two>=2", "upstream-check-fake-dev", "upstream-check-fake-box"]
+
+
+def test_a_kept_virtualenv_gets_what_the_directory_needs_now_and_did_not_get_before(tmp_path):
+    marker = tmp_path / "venv" / check.INSTALL_MARKER
+    assert check.saved_install(marker, tmp_path, ["pytest-asyncio"]) == ("skipped", None, [])
+    marker.parent.mkdir()
+    check.save_install(marker, "ok", None, ["pytest-asyncio", "ray"])
+    assert check.saved_install(marker, tmp_path, ["pytest-asyncio"]) == ("ok", None, ["pytest-asyncio", "ray"])
+    (tmp_path / "requirements.txt").write_text("-e nemo-gym[dev] @ ../../\nmath-verify\n")
+    marker.write_text('["failed: no network", "install failed: math-verify"]')
+    assert check.saved_install(marker, tmp_path, ["pytest-asyncio"]) == ("failed: no network", "install failed: math-verify", ["pytest-asyncio", "math-verify"])
 
 
 GOOD_APP = check.STAND_IN_APP.replace("class StandInConfig(BaseResourcesServerConfig):\n    pass",
@@ -187,3 +228,18 @@ def test_a_fake_checkout_is_checked_in_a_scratch_copy_and_left_as_it_was(tmp_pat
     assert broken["import_ok"] is False and broken["causes"][0] == "missing module nemo_gym.no_such_module"
     assert "apps importing: 1 of 2" in finished.stdout
     assert "missing module nemo_gym.no_such_module" in finished.stdout
+
+
+def test_the_upstream_directories_servers_read_outside_their_own_are_in_the_scratch_copy(tmp_path):
+    upstream = make_upstream(tmp_path / "upstream")
+    shared = {"benchmarks/critpt/prompts/turn2.yaml": "user: '{q}'\n", "environments/prime_agent_math/config.yaml": "a: 1\n",
+              "fern/versions/latest/pages/page.mdx": "# page\n"}
+    for relative, text in shared.items():
+        (upstream / relative).parent.mkdir(parents=True, exist_ok=True)
+        (upstream / relative).write_text(text)
+    (upstream / "tests").mkdir()
+    (upstream / "tests" / "upstream_only.py").write_text("")
+    root = check.make_scratch(tmp_path / "scratch", upstream, check.server_directories(upstream))
+    assert {relative: (root / relative).read_text() for relative in shared} == shared
+    assert (root / "resources_servers" / "good" / "util.py").is_file()
+    assert not (root / "tests" / "upstream_only.py").exists() and (root / "tests" / "unit_tests").is_dir()

@@ -1,14 +1,18 @@
 """Small upstream names that upstream's servers import from existing modules: server_utils'
 get_global_aiohttp_client / is_global_aiohttp_client_request_debug_enabled (remote_agent),
+ServerClient.poll_for_status (local_vllm_model_proxy),
 global_config.find_open_port (local_vllm_model), config_types.OmegaConf (swe_agents)."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import socket
+import threading
 
 import aiohttp
 import pytest
+from omegaconf import OmegaConf
 
 from nemo_gym import global_config, server_utils
 
@@ -62,3 +66,32 @@ def test_config_types_has_omegaconf_as_upstreams_does():
     from nemo_gym.config_types import OmegaConf as exported
 
     assert exported is OmegaConf
+
+
+class NotFoundHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_error(404)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_poll_for_status_is_success_for_any_reply_and_connection_error_where_nothing_listens():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFoundHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    settings = {"host": "127.0.0.1", "entrypoint": "app.py"}
+    config = OmegaConf.create({
+        "up": {"responses_api_models": {"m": {**settings, "port": server.server_address[1]}}},
+        "down": {"responses_api_models": {"m": {**settings, "port": closed_port}}},
+        "head_server": {**settings, "port": server.server_address[1]},
+    })
+    client = server_utils.ServerClient(global_config_dict=config)
+    try:
+        assert [client.poll_for_status(name) for name in ("up", "down", "head_server")] == ["success", "connection_error", "success"]
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)

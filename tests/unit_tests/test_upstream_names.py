@@ -11,6 +11,7 @@ import pytest
 UPSTREAM_NAMES = {
     "nemo_gym": ["ROOT_DIR", "PARENT_DIR", "WORKING_DIR", "CACHE_DIR", "RESULTS_DIR", "NeMoGymAsyncOpenAI", "NeMoGymChatCompletion", "NeMoGymResponse"],
     "nemo_gym.judge": ["JudgeError", "call_judge", "reraise_judge_errors", "judge_failsafe"],
+    "nemo_gym.profiling": ["Profiler"],
     "nemo_gym.openai_utils": [
         "NeMoGymAsyncOpenAI",
         "RATE_LIMIT_ERROR_CODES",
@@ -107,7 +108,7 @@ UPSTREAM_NAMES = {
     "nemo_gym.skills": ["SkillMetadata", "SkillsConfig", "SkillsRef", "hash_skill_dir", "load_skill_directory", "parse_skill_md", "stage_skills"],
     "nemo_gym.path_utils": ["failures_path_for"],
     "nemo_gym.mcp_auto_exposure": ["maybe_auto_expose"],
-    "nemo_gym.server_utils": ["rollout_path_prefix", "apply_rollout_prefix"],
+    "nemo_gym.server_utils": ["rollout_path_prefix", "apply_rollout_prefix", "ServerStatus"],
     "nemo_gym.reward_profile": ["add_avg_sample_std_dev"],
     "nemo_gym.base_resources_server": ["NEMO_GYM_MCP_METADATA_KEY", "NEMO_GYM_MCP_SESSION_TOKEN_HEADER"],
     "nemo_gym.sandbox": [
