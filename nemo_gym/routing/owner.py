@@ -63,11 +63,11 @@ class OwnerReader:
         self.set_cookie_prefix = f"{self.cookie_name}=".encode()
         self.token_serializer = token_serializer
 
-    async def owner(self, scope: Scope) -> object | None:
+    def owner(self, scope: Scope) -> object | None:
         """The owner the request names; raises ``AmbiguousSession`` if it names two sessions."""
-        return owner_of(await self.named_session(scope))
+        return owner_of(self.named_session(scope))
 
-    async def named_session(self, scope: Scope) -> dict | None:
+    def named_session(self, scope: Scope) -> dict | None:
         """The session the request names: its token's payload or its cookie's session; None if neither.
 
         What the cookie holds is left in the scope for the app's session layer, which then need not read it."""

@@ -111,7 +111,7 @@ async def app_reply(request_scope: dict[str, Any], app: Any = APP) -> dict[str, 
 
 
 def router_owner(request_scope: dict[str, Any]) -> object | None:
-    return asyncio.run(ROUTER.owners.owner(request_scope))
+    return ROUTER.owners.owner(request_scope)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -154,7 +154,7 @@ def test_one_session_cookie_among_others_is_never_ambiguous(session_cookie, othe
 @given(st.sampled_from([LOCAL_COOKIE, f'"{LOCAL_COOKIE}"', f"  {LOCAL_COOKIE} "]), st.lists(cookie_pairs().filter(lambda pair: not pair.strip().startswith(COOKIE + "=")), max_size=3))
 def test_a_request_served_here_has_its_cookie_verified_once_and_the_app_loads_the_session_the_router_read(session_cookie, others):
     header = "; ".join([*others, f"{COOKIE}={session_cookie}"]).encode("utf-8")
-    read_by_router = asyncio.run(ROUTER.owners.named_session(scope("/echo/x", [(b"cookie", header)])))
+    read_by_router = ROUTER.owners.named_session(scope("/echo/x", [(b"cookie", header)]))
     assert read_by_router is not None and read_by_router.get(OWNER_KEY) == SERVER.worker_id
     with mock.patch.object(TimestampSigner, "unsign", autospec=True, side_effect=TimestampSigner.unsign) as unsign:
         reply = asyncio.run(app_reply(scope("/echo/x", [(b"cookie", header)]), ROUTER))

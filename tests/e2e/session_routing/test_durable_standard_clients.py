@@ -45,7 +45,7 @@ def counter(start_module_servers, state_dir: Path) -> Launcher:
 async def sent_session(reply: Reply) -> dict:
     """The session the request's Cookie header named, as the router read it ({} for none)."""
     headers = [] if reply.sent_cookie is None else [(b"cookie", reply.sent_cookie.encode("latin-1"))]
-    return await ROUTER_READING.named_session({"type": "http", "path": "/", "headers": headers}) or {}
+    return ROUTER_READING.named_session({"type": "http", "path": "/", "headers": headers}) or {}
 
 
 def set_session(reply: Reply) -> dict | None:
