@@ -145,7 +145,7 @@ class SessionRouter:
         if this worker owns its session, else sent on to the owner worker of this replica."""
         worker = scope.pop(REPLICA_WORKER_SCOPE_KEY)
         try:
-            session = await self.owners.named_session(scope)
+            session = self.owners.named_session(scope)
         except AmbiguousSession as error:
             await JSONResponse(status_code=400, content={"detail": error.detail})(scope, receive, send)
             return

@@ -57,10 +57,10 @@ def test_the_router_and_the_app_read_the_same_owner_replica_and_forwarding_port(
     keys = replica_keys(replica, forward_port)
     cookie = asyncio.run(stamped_cookie(worker, keys))
     headers = [(b"cookie", f"prop_session={cookie}".encode())]
-    by_router = asyncio.run(OwnerReader(OPTIONS, SERIALIZER).named_session({"type": "http", "path": "/x", "headers": headers}))
+    by_router = OwnerReader(OPTIONS, SERIALIZER).named_session({"type": "http", "path": "/x", "headers": headers})
     by_app = SessionCookie(None, **OPTIONS).read(headers)
     token = mint_token(SERIALIZER, by_app[SESSION_ID_KEY], worker, keys)
-    by_token = asyncio.run(OwnerReader(OPTIONS, SERIALIZER).named_session({"type": "http", "path": "/mcp", "headers": [(TOKEN_HEADER_KEY, token.encode())]}))
+    by_token = OwnerReader(OPTIONS, SERIALIZER).named_session({"type": "http", "path": "/mcp", "headers": [(TOKEN_HEADER_KEY, token.encode())]})
     for session in (by_router, by_app, by_token):
         assert owner_of(session) == worker
         assert replica_of(session) == replica
