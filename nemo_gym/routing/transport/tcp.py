@@ -35,10 +35,12 @@ from nemo_gym.routing.transport.private_server import PrivateServer
 # Set in the scope of a request the forwarding port accepted: the worker its credential sends it to.
 REPLICA_WORKER_SCOPE_KEY = "nemo_gym.replica_worker"
 CONNECT_TIMEOUT_SECONDS = 1.0
-# TCP keep-alive on every connection to a replica: a host that goes away under an open connection (down or
-# cut off, not frozen: a frozen host's kernel answers the probes) breaks it within about 5 + 3 x 2 s,
-# where the request would otherwise wait for a reply forever.
-KEEPALIVE = ((socket.TCP_KEEPIDLE, 5), (socket.TCP_KEEPINTVL, 2), (socket.TCP_KEEPCNT, 3))
+# On every connection to a replica: a host that goes away under an open connection (down or cut off, not
+# frozen: a frozen host's kernel answers the probes and acknowledges what it is sent) breaks it within
+# about 5 + 3 x 2 s, where its request would otherwise wait for a reply forever. Keep-alive probes find
+# it while the connection waits for a reply; TCP_USER_TIMEOUT while what was sent (a request) stays
+# unacknowledged, which the kernel would otherwise retransmit for many minutes.
+TCP_OPTIONS = ((socket.TCP_KEEPIDLE, 5), (socket.TCP_KEEPINTVL, 2), (socket.TCP_KEEPCNT, 3), (socket.TCP_USER_TIMEOUT, 1000 * (5 + 3 * 2)))
 # The default of the ``peer_dead_after_seconds`` setting.
 PEER_DEAD_AFTER_SECONDS = 30.0
 
@@ -150,7 +152,7 @@ class TcpTransport:
         self.silent_since.pop(address, None)
         sock = connection.transport.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        for option, value in KEEPALIVE:
+        for option, value in TCP_OPTIONS:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
         return connection
 
@@ -189,6 +191,10 @@ class TcpTransport:
             return False
         connection.close()
         return False
+
+    def is_silent(self, worker_id: str) -> bool:
+        """Its latest connect got no answer (a host down, cut off or unreachable)."""
+        return worker_id in self.silent_since
 
     def forget(self, owner: str) -> None:
         pool = self.pools.pop(owner, None)
