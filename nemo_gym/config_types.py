@@ -88,7 +88,9 @@ class BaseServerConfig(ConfigKeys):
 
 class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     entrypoint: str = "app.py"
-    session_secret: str | None = None
+    # Unset, it is left out of dumps: upstream servers redact every *secret* key of a dumped config to "***"
+    # and validate the dump again (anyterminal_agent's _safe_config_json), which a "***" secret would fail.
+    session_secret: str | None = Field(default=None, exclude_if=lambda secret: secret is None)
     # Larger request bodies get 413 before they are read.
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     # A larger request head gets 431; a head slower than this, or a body slower than this rate over

@@ -7,6 +7,7 @@ from nemo_gym.sandbox.registry import create_provider, get_provider_class, list_
 from nemo_gym.sandbox.types import (
     ExecResult,
     SandboxCreateError,
+    SandboxCreateVerificationError,
     SandboxEndpoint,
     SandboxExecResult,
     SandboxHandle,
@@ -24,6 +25,7 @@ __all__ = [
     "ExecResult",
     "LocalProcessProvider",
     "SandboxCreateError",
+    "SandboxCreateVerificationError",
     "SandboxEndpoint",
     "SandboxExecResult",
     "SandboxHandle",

@@ -2,62 +2,46 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
 from nemo_gym.sandbox.local import LocalProcessProvider
-from nemo_gym.sandbox.types import SandboxProvider, SandboxProviderUnavailable
+from nemo_gym.sandbox.types import SandboxProvider
 
-# Upstream's providers that need a container engine, an HPC runtime or a cloud account.
-UNAVAILABLE_PROVIDERS = ("apptainer", "daytona", "docker", "ecs_fargate", "enroot", "opensandbox", "openshell")
+# Upstream's providers that need a container engine, an HPC runtime or a cloud service, by upstream's
+# names; each is imported when it is first asked for (as upstream's built-in loaders do).
+BUILTIN_PROVIDERS = {
+    "apptainer": "ApptainerProvider",
+    "daytona": "DaytonaProvider",
+    "docker": "DockerProvider",
+    "ecs_fargate": "EcsFargateProvider",
+    "enroot": "EnrootProvider",
+    "opensandbox": "OpenSandboxProvider",
+    "openshell": "OpenShellProvider",
+}
 
-
-def unavailable_provider(provider_name: str) -> type:
-    """A provider class that can be named and built (a config that names it loads) but raises at first use."""
-
-    class UnavailableProvider:
-        name = provider_name
-
-        def __init__(self, **settings: Any) -> None:
-            self.settings = settings
-
-        def __getattr__(self, operation: str) -> Any:
-            if operation.startswith("_"):
-                raise AttributeError(operation)
-
-            async def refuse(*args: Any, **kwargs: Any) -> Any:
-                if operation == "aclose":
-                    return None
-                raise SandboxProviderUnavailable(
-                    f"the {provider_name!r} sandbox provider is not available here; use the 'local' provider (nemo_gym.sandbox.local)"
-                )
-
-            return refuse
-
-    UnavailableProvider.__name__ = f"Unavailable_{provider_name}"
-    return UnavailableProvider
-
-
-_PROVIDERS: dict[str, type] = {"local": LocalProcessProvider, **{name: unavailable_provider(name) for name in UNAVAILABLE_PROVIDERS}}
+_PROVIDERS: dict[str, type] = {"local": LocalProcessProvider}
 
 
 def register_provider(name: str, provider_class: type, *, override: bool = False) -> None:
     if not name:
         raise ValueError("a sandbox provider's name must not be empty")
-    if name in _PROVIDERS and not override:
+    if (name in _PROVIDERS or name in BUILTIN_PROVIDERS) and not override:
         raise ValueError(f"sandbox provider {name!r} is already registered")
     _PROVIDERS[name] = provider_class
 
 
 def get_provider_class(name: str) -> type:
-    try:
+    if name in _PROVIDERS:
         return _PROVIDERS[name]
-    except KeyError:
-        raise ValueError(f"unknown sandbox provider {name!r}; the providers: {', '.join(list_providers())}") from None
+    if name in BUILTIN_PROVIDERS:
+        return getattr(importlib.import_module(f"nemo_gym.sandbox.providers.{name}"), BUILTIN_PROVIDERS[name])
+    raise ValueError(f"unknown sandbox provider {name!r}; the providers: {', '.join(list_providers())}")
 
 
 def list_providers() -> list[str]:
-    return sorted(_PROVIDERS)
+    return sorted({*_PROVIDERS, *BUILTIN_PROVIDERS})
 
 
 def create_provider(config: Mapping[str, Any]) -> SandboxProvider:

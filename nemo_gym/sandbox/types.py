@@ -101,6 +101,10 @@ class SandboxCreateError(RuntimeError):
     """A sandbox could not be started."""
 
 
+class SandboxCreateVerificationError(SandboxCreateError):
+    """A sandbox started but failed its provider's readiness check."""
+
+
 class SandboxProviderUnavailable(RuntimeError):
     """The provider's runtime (a container engine, a cloud service) is not available on this machine."""
 

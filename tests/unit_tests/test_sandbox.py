@@ -76,10 +76,11 @@ async def test_stop_removes_the_sandbox_and_it_cannot_be_used_again(tmp_path):
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("name", ["docker", "apptainer", "daytona"])
-async def test_a_provider_that_cannot_run_here_loads_from_its_config_and_says_so_at_use(name):
-    sandbox = AsyncSandbox({name: {"host": "unix:///var/run/docker.sock"}}, SandboxSpec(image="python:3.12"))
-    with pytest.raises(SandboxProviderUnavailable, match=f"'{name}' sandbox provider is not available here"):
+@pytest.mark.parametrize("name", ["docker", "apptainer", "enroot", "daytona", "ecs_fargate", "opensandbox", "openshell"])
+async def test_a_provider_that_cannot_run_here_loads_from_its_config_and_says_so_at_use(name, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    sandbox = AsyncSandbox({name: {}}, SandboxSpec(image="python:3.12"))
+    with pytest.raises(SandboxProviderUnavailable, match=f"{name} is not available on this machine: .*; use the local provider"):
         await sandbox.start()
 
 

@@ -115,6 +115,7 @@ UPSTREAM_NAMES = {
         "AsyncSandbox",
         "ExecResult",
         "SandboxCreateError",
+        "SandboxCreateVerificationError",
         "SandboxExecResult",
         "SandboxHandle",
         "SandboxProvider",
@@ -129,6 +130,14 @@ UPSTREAM_NAMES = {
         "resolve_provider_metadata",
     ],
     "nemo_gym.sandbox.config": ["resolve_provider_config", "resolve_provider_metadata", "SANDBOX_BLOCK_DEFAULT_METADATA_KEY"],
+    "nemo_gym.sandbox.providers.apptainer": ["ApptainerCreateConfig", "ApptainerCreateError", "ApptainerCreateVerificationError", "ApptainerExecConfig", "ApptainerProbeConfig", "ApptainerProvider"],
+    "nemo_gym.sandbox.providers.docker": ["DockerCreateConfig", "DockerCreateError", "DockerCreateVerificationError", "DockerExecConfig", "DockerProbeConfig", "DockerProvider"],
+    "nemo_gym.sandbox.providers.enroot": ["EnrootCreateConfig", "EnrootCreateError", "EnrootCreateVerificationError", "EnrootExecConfig", "EnrootProbeConfig", "EnrootProvider"],
+    "nemo_gym.sandbox.providers.daytona": ["DaytonaBatchConfig", "DaytonaConnectionConfig", "DaytonaCreateConfig", "DaytonaCreateError", "DaytonaCreateTimeoutError", "DaytonaOperationConfig", "DaytonaProbeConfig", "DaytonaProvider", "DaytonaProviderOptions"],
+    "nemo_gym.sandbox.providers.ecs_fargate": ["EcsFargateConfig", "EcsFargateProvider", "SshSidecarConfig", "engine_config_from_mapping"],
+    "nemo_gym.sandbox.providers.opensandbox": ["OpenSandboxAttributionConfig", "OpenSandboxConnectionConfig", "OpenSandboxCreateConfig", "OpenSandboxCreateError", "OpenSandboxCreateTimeoutError", "OpenSandboxCreateVerificationError", "OpenSandboxOperationConfig", "OpenSandboxProbeConfig", "OpenSandboxProvider"],
+    "nemo_gym.sandbox.providers.openshell": ["OpenShellConnectionConfig", "OpenShellCreateConfig", "OpenShellCreateError", "OpenShellCreateVerificationError", "OpenShellExecConfig", "OpenShellOperationsConfig", "OpenShellProbeConfig", "OpenShellProvider", "OpenShellProviderOptions"],
+    "nemo_gym.sandbox.providers.apptainer.provider": ["_require_apptainer"],
 }
 
 

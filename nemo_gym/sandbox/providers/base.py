@@ -3,6 +3,7 @@
 from nemo_gym.sandbox.types import (
     ExecResult,
     SandboxCreateError,
+    SandboxCreateVerificationError,
     SandboxEndpoint,
     SandboxExecResult,
     SandboxHandle,
@@ -16,6 +17,7 @@ from nemo_gym.sandbox.types import (
 __all__ = [
     "ExecResult",
     "SandboxCreateError",
+    "SandboxCreateVerificationError",
     "SandboxEndpoint",
     "SandboxExecResult",
     "SandboxHandle",

@@ -51,3 +51,13 @@ def test_a_replica_whose_forwarding_port_is_taken_does_not_start():
         config = BaseResourcesServerConfig.model_validate({**BASE, "forward_port": taken.getsockname()[1]})
         with pytest.raises(SystemExit, match="forwarding port"):
             claim_replica_port(config, "counter")
+
+
+def test_a_config_without_a_session_secret_dumps_without_the_key_so_a_redacted_dump_validates_again():
+    # Upstream servers (anyterminal_agent's _safe_config_json) dump their config, replace every *secret* key's
+    # value with "***" and validate it again; an unset session_secret must not be there to be replaced.
+    config = BaseResourcesServerConfig(**{key: value for key, value in BASE.items() if key != "session_secret"})
+    dumped = config.model_dump(mode="json")
+    assert "session_secret" not in dumped
+    assert BaseResourcesServerConfig.model_validate({**dumped, **{key: "***" for key in dumped if "secret" in key}}) == config
+    assert BaseResourcesServerConfig(**BASE).model_dump()["session_secret"] == "s" * 40
