@@ -87,7 +87,8 @@ def server_pids(hosts: list[Host], instances: set[str]) -> list[int]:
 
 def row_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """A row from its runs: medians of rates, latencies and server CPU per episode; sums of the counts."""
-    figures: dict[str, Any] = {key: median([run[key] for run in runs]) for key in ("per_second", "p50_ms", "p99_ms")}
+    figures: dict[str, Any] = {key: median([run[key] for run in runs]) for key in ("per_second", "p50_ms", "p99_ms", "client_cpu_ms")}
+    figures["per_second_all_runs"] = [run["per_second"] for run in runs]
     figures["server_cpu_ms"] = median([run["server_cpu_s"] / run["total"] * 1000 for run in runs])
     for key in ("total", "good", "errors", "requests", "owner_host", "owner_worker"):
         if key in runs[0]:
@@ -193,21 +194,24 @@ def hosts_table(result: dict, args: argparse.Namespace) -> str:
             f"{row['good']}/{row['total']}",
             f"{row['errors']}",
             fmt(row["per_second"], ".0f"),
+            " ".join(f"{rate:.0f}" for rate in row["per_second_all_runs"]),
             fmt(row["p50_ms"], ".1f"),
             fmt(row["p99_ms"], ".1f"),
             fmt(row["server_cpu_ms"], ".2f"),
             fmt(ratio(row["per_second"], cookie["per_second"]), ".2f", "x"),
             fmt(ratio(row["server_cpu_ms"], cookie["server_cpu_ms"]), ".2f", "x"),
             f"{row['processes']}",
+            fmt(row["client_cpu_ms"], ".2f"),
         ])
     header = [
-        "configuration", "reward 1.0 / total", "errors", "episodes/s", "p50 ms", "p99 ms", "server CPU ms/ep", "episodes/s vs cookie",
-        "CPU/ep vs cookie", "server processes",
+        "configuration", "reward 1.0 / total", "errors", "episodes/s", "each run", "p50 ms", "p99 ms", "server CPU ms/ep",
+        "episodes/s vs cookie", "CPU/ep vs cookie", "server processes", "client CPU ms/ep",
     ]
     title = (
         f"6a. Replicas on {len(REPLICA_HOSTS)} network-namespace hosts, counter episodes from a host of their own through HAProxy: "
         f"{args.episodes} per run at concurrency {args.concurrency}, loops client, medians of {args.runs} runs, reward over all runs "
-        "(server CPU, user and system: the processes of the instance driven and its HAProxy, per episode)"
+        "(server CPU, user and system: the processes of the instance driven and its HAProxy, per episode; "
+        "client CPU: the client's own, which shares the machine's cores with the servers)"
     )
     hop = result["hop"]
     hop_rows = [

@@ -6,7 +6,7 @@ with one JSON line on stdout, until stdin ends:
 - ``{"episodes": URL, "count", "concurrency", "gym"}``: ``count`` counter episodes (scripts/bench/client.py)
   through ``URL`` by long-lived loops ("loops" of scripts/bench/driving.py), from the generic pooled
   client or, ``gym``, from Gym's own client (one for the whole process, as an agent's lives as long as
-  the agent). Answers the run's figures; for Gym's client also its non-first requests and how many
+  the agent). Answers the run's figures (with this process's CPU per episode); for Gym's client also its non-first requests and how many
   of them a worker of their owner replica answered (``owner_host``), and the owner worker itself.
 - ``{"hop": [replica URLs], "requests", "block", "runs"}``: sessions seeded at each replica, then
   ``POST /increment_counter`` one at a time, to the session's owner replica (local) or to the next
@@ -87,7 +87,7 @@ async def episodes(url: str, count: int, concurrency: int, gym: ReplicaGymClient
     run = await drive(counter_episode, url, count, concurrency, "loops", gym)
     figures = {
         "total": run.total, "good": run.good, "errors": run.errors, "seconds": run.seconds, "first_error": run.first_error,
-        "per_second": run.per_second, "p50_ms": run.p50_ms, "p99_ms": run.p99_ms,
+        "per_second": run.per_second, "p50_ms": run.p50_ms, "p99_ms": run.p99_ms, "client_cpu_ms": run.client_cpu_ms,
     }
     return {**figures, **(gym.hits if gym is not None else {})}
 

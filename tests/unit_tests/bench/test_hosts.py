@@ -31,12 +31,14 @@ def test_without_haproxy_the_skip_says_how_to_install_it(monkeypatch, tmp_path):
 
 
 def run(per_second: float, cpu_s: float, good: int = 10, **extra) -> dict:
-    return {"total": 10, "good": good, "errors": 10 - good, "per_second": per_second, "p50_ms": per_second / 100, "p99_ms": per_second / 10, "server_cpu_s": cpu_s, "first_error": None, **extra}
+    latencies = {"p50_ms": per_second / 100, "p99_ms": per_second / 10, "client_cpu_ms": 1.0}
+    return {"total": 10, "good": good, "errors": 10 - good, "per_second": per_second, **latencies, "server_cpu_s": cpu_s, "first_error": None, **extra}
 
 
 def test_a_row_takes_medians_of_rates_and_cpu_per_episode_and_sums_the_counts():
     figures = row_figures([run(100, 0.05, requests=30, owner_host=29, owner_worker=27), run(300, 0.02, good=9, requests=30, owner_host=30, owner_worker=28)])
     assert figures["per_second"] == 200 and figures["p50_ms"] == 2 and figures["p99_ms"] == 20
+    assert figures["per_second_all_runs"] == [100, 300]
     assert figures["server_cpu_ms"] == pytest.approx(3.5)  # median of 5 and 2 ms per episode
     assert (figures["good"], figures["total"], figures["errors"]) == (19, 20, 1)
     assert (figures["requests"], figures["owner_host"], figures["owner_worker"]) == (60, 59, 55)
@@ -63,7 +65,7 @@ def test_the_table_prints_each_row_against_cookie_insert_and_the_forward_against
     lines = hosts_table(measured(), ARGS).splitlines()
     round_robin = next(line for line in lines if line.startswith(ROUND_ROBIN)).split()
     # 400/s and 3 ms per episode against 500/s and 2 ms.
-    assert round_robin[-5:] == ["40.0", "3.00", "0.80x", "1.50x", "13"]
+    assert round_robin[-6:] == ["40.0", "3.00", "0.80x", "1.50x", "13", "1.00"]
     cross = next(line for line in lines if line.startswith(CROSS_HOST)).split()
     assert cross[1:] == ["1.250", "3.000", "2.50x"]
     assert "   every increment reached its session's state: yes" in lines
