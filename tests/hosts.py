@@ -15,8 +15,9 @@ name; ``unplug`` cuts the host off the bridge. ``close`` kills every process by 
 new ``Hosts`` first removes those of an earlier run whose test process is gone.
 
 ``start_gym`` runs ``gym env start`` inside a host; ``start_balancer`` runs HAProxy round robin,
-with a new connection to a server for every request; ``run_client`` runs the test client
-(tests/hosts_client.py) inside a host.
+with a new connection to a server for every request (``start_haproxy`` HAProxy with any config);
+``run_client`` runs the test client (tests/hosts_client.py) inside a host. The benchmark's section of
+replicas on several hosts (scripts/bench/hosts.py) makes its hosts with these too.
 """
 
 from __future__ import annotations
@@ -336,13 +337,19 @@ def start_gym(configs: list[tuple[Host, dict]], timeout: float) -> list[subproce
 def start_balancer(host: Host, port: int, servers: list[tuple[str, int]]) -> subprocess.Popen:
     """HAProxy on ``host:port``, round robin over ``servers`` (each checked by a TCP connect every second)."""
     lines = "\n".join(f"    server s{number} {address}:{server_port} check inter 1s fall 1 rise 1" for number, (address, server_port) in enumerate(servers, 1))
-    host.path("/tmp/haproxy.cfg").write_text(BALANCER_CONFIG.format(address=host.address, port=port, servers=lines))
-    with open(host.path("/tmp/haproxy.log"), "wb") as log:
-        process = host.run(["haproxy", "-db", "-f", "/tmp/haproxy.cfg"], stdout=log, stderr=subprocess.STDOUT)
+    return start_haproxy(host, port, BALANCER_CONFIG.format(address=host.address, port=port, servers=lines))
+
+
+def start_haproxy(host: Host, port: int, config: str, name: str = "haproxy") -> subprocess.Popen:
+    """HAProxy with ``config`` on ``host`` (its config and log /tmp/NAME.cfg and .log there), once it listens on
+    ``host:port``. ``nsenter`` execs it, so the process returned is HAProxy's own."""
+    host.path(f"/tmp/{name}.cfg").write_text(config)
+    with open(host.path(f"/tmp/{name}.log"), "wb") as log:
+        process = host.run(["haproxy", "-db", "-f", f"/tmp/{name}.cfg"], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + COMMAND_TIMEOUT_SECONDS
     while (host.address, port) not in host.listening():
         if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"haproxy on host {host.name} did not listen:\n{tail(host.path('/tmp/haproxy.log'), GYM_LOG_TAIL_LINES)}")
+            raise RuntimeError(f"haproxy on host {host.name} did not listen:\n{tail(host.path(f'/tmp/{name}.log'), GYM_LOG_TAIL_LINES)}")
         time.sleep(0.05)
     return process
 

@@ -1,4 +1,4 @@
-"""Multi-worker benchmark: our routing side by side with HAProxy, hop cost, memory, CPU scale, start-up.
+"""Multi-worker benchmark: our routing side by side with HAProxy, hop cost, memory, CPU scale, start-up, replicas on hosts.
 
     python -m scripts.bench                      # everything, default sizes (several minutes)
     python -m scripts.bench --quick              # every section tiny: a sanity check, not a measurement
@@ -19,12 +19,16 @@ medians of ``--runs`` alternating runs per configuration:
    (forwarded), plus straight to the owner's private socket, which is the owner's share of a forward;
 3. memory: each worker's RSS before and after ``--sessions`` new sessions on routes that store nothing;
 4. CPU-bound scale: a verify that burns 5 ms of CPU, throughput at 2 workers over 1;
-5. start-up: the counter at 1, 4 and 8 workers, from launch until every worker serves, and its CPU.
+5. start-up: the counter at 1, 4 and 8 workers, from launch until every worker serves, and its CPU;
+6. replicas on several hosts (network namespaces, needs root, else skipped saying why): 3 hosts x 2
+   workers behind HAProxy round robin against HAProxy cookie-insert in front of 6 single-worker
+   counters on the same hosts, from a client on a host of its own (throughput, server CPU per episode,
+   HAProxy's included); a cross-host forward against a local request; Gym's client's direct hits.
 
 With ``--baseline PATH`` (another checkout of this project, e.g. ``git worktree add /tmp/base <commit>``),
 sections 1 and 5 run every case from both trees, alternately in the same rounds, and print the current
-tree's figures over the baseline's; sections 2-4 measure the current tree only. Then each target of
-issues 6, 9, 13 and 19, met or not met. Timings are only printed, never asserted.
+tree's figures over the baseline's; sections 2-4 and 6 measure the current tree only. Then each target of
+issues 6, 9, 13, 19 and 20, met or not met. Timings are only printed, never asserted.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from scripts.bench.episodes import ROWS, episodes_section, episodes_table
 from scripts.bench.figures import log
 from scripts.bench.haproxy import HAPROXY_INSTALL
 from scripts.bench.hop import hop_section, hop_table
+from scripts.bench.hosts import hosts_section, hosts_table
 from scripts.bench.memory import memory_section, memory_table
 from scripts.bench.servers import CURRENT, Tree
 from scripts.bench.startup import startup_section, startup_table
@@ -57,6 +62,7 @@ SECTIONS = {
     "memory": (memory_section, memory_table),
     "cpu": (cpu_section, cpu_table),
     "startup": (startup_section, startup_table),
+    "hosts": (hosts_section, hosts_table),
 }
 # --quick: every section at a size that only shows it runs, and of section 1 the two rows of Gym's client.
 QUICK = dict(
@@ -101,13 +107,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--baseline", type=Path, help="1 and 5: another checkout of this project, run side by side with this one")
     parser.add_argument("--runs", type=int, default=3, help="alternating runs per configuration (the median is shown)")
     parser.add_argument("--warmup", type=int, default=200, help="warm-up episodes per configuration, not counted")
-    parser.add_argument("--episodes", type=int, default=2000, help="1: counter episodes per run")
-    parser.add_argument("--concurrency", type=int, default=200, help="1 and 3: episodes in flight")
+    parser.add_argument("--episodes", type=int, default=2000, help="1 and 6: counter episodes per run")
+    parser.add_argument("--concurrency", type=int, default=200, help="1, 3 and 6: episodes in flight")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"1: comma-separated subset of {','.join(ROWS)}")
     parser.add_argument("--no-haproxy", action="store_true", help="1: leave out the HAProxy row")
     parser.add_argument("--patterns", default=",".join(PATTERNS), help=f"1: comma-separated subset of {','.join(PATTERNS)}")
-    parser.add_argument("--hop-requests", type=int, default=2000, help="2: requests of each kind per run")
-    parser.add_argument("--hop-block", type=int, default=100, help="2: requests per block; kinds alternate block by block")
+    parser.add_argument("--hop-requests", type=int, default=2000, help="2 and 6: requests of each kind per run")
+    parser.add_argument("--hop-block", type=int, default=100, help="2 and 6: requests per block; kinds alternate block by block")
     parser.add_argument("--sessions", type=int, default=100_000, help="3: new sessions between the two RSS readings")
     parser.add_argument("--memory-warmup", type=int, default=2000, help="3: sessions before the first RSS reading")
     parser.add_argument("--memory-workers", type=int, default=4, help="3: workers of the server measured")
@@ -169,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
         log(f"logs of the servers are in {log_dir}")
     else:
         shutil.rmtree(log_dir, ignore_errors=True)
-    print("\nTargets (issues 6, 9, 13 and 19)")
+    print("\nTargets (issues 6, 9, 13, 19 and 20)")
     for target, verdict, figure in targets(results):
         print(f"  {'[' + verdict + ']':<15} {target}: {figure}")
     print(f"\n(took {time.monotonic() - started:.0f} s; load average at the end {load_average()})")

@@ -1,4 +1,4 @@
-"""The targets of issues 6, 9, 13 and 19, each judged met, not met or not measured from the figures of a run."""
+"""The targets of issues 6, 9, 13, 19 and 20, each judged met, not met or not measured from the figures of a run."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 from scripts.bench.episodes import HAPROXY, ONE_WORKER, ROUTED, ROUTED_DURABLE, ROUTED_GYM, ROUTED_PLACED, UNROUTED, UNROUTED_GYM
 from scripts.bench.figures import fmt, ratio
 from scripts.bench.hop import FORWARDED, LOCAL
+from scripts.bench.hosts import COOKIE_INSERT, GYM, ROUND_ROBIN, TARGET_DIRECT_SHARE
 
 TARGET_HAPROXY_RATIO = 1.0
 TARGET_TASKS_HAPROXY_RATIO = 1.2
@@ -32,6 +33,7 @@ def targets(results: dict) -> list[Check]:
     checks.append(memory_target(results.get("memory")))
     checks.append(cpu_target(results.get("cpu")))
     checks.append(startup_target(results.get("startup")))
+    checks += hosts_targets(results.get("hosts"))
     return checks
 
 
@@ -119,3 +121,27 @@ def startup_target(startup: dict | None) -> Check:
     cpu = fmt(ratios[TARGET_START_WORKERS]["cpu_s"], ".2f", "x")
     figure = f"{measured:.2f}x ({seconds[0]:.1f} s against {seconds[1]:.1f} s; its CPU {cpu})"
     return (name, "met" if measured <= TARGET_START_RATIO else "not met", figure)
+
+
+def hosts_targets(hosts: dict | None) -> list[Check]:
+    """Issue 20: every episode right through round robin over the replicas (with the throughput and server CPU
+    per episode against cookie-insert, which have no target of their own), and Gym's client's direct hits."""
+    correct = "3 hosts x 2 workers behind round robin: 100% of episodes correct"
+    direct = f"Gym client across hosts: direct hits on the owner host >= {TARGET_DIRECT_SHARE:.0%} of non-first requests"
+    if hosts is None or "skipped" in hosts:
+        why = "section skipped" if hosts is None else f"skipped: {hosts['skipped']}"
+        return [(correct, "not measured", why), (direct, "not measured", why)]
+    rows = hosts["rows"]
+    cookie = rows[COOKIE_INSERT]
+    checks = []
+    for name in (ROUND_ROBIN, GYM):
+        row = rows[name]
+        figure = (
+            f"{name}: {row['good']}/{row['total']}; {fmt(ratio(row['per_second'], cookie['per_second']), '.2f', 'x')} cookie-insert's "
+            f"episodes/s, {fmt(ratio(row['server_cpu_ms'], cookie['server_cpu_ms']), '.2f', 'x')} its server CPU per episode"
+        )
+        checks.append((correct, "met" if row["good"] == row["total"] else "not met", figure))
+    gym = rows[GYM]
+    share = ratio(gym["owner_host"], gym["requests"])
+    checks.append((direct, "met" if share is not None and share >= TARGET_DIRECT_SHARE else "not met", f"{gym['owner_host']}/{gym['requests']} ({fmt(share, '.1%')})"))
+    return checks

@@ -1,4 +1,4 @@
-"""python -m scripts.bench: its flags, and (with real processes) tiny runs that complete and report what they say."""
+"""python -m scripts.bench: its flags, and (with real processes, and network-namespace hosts for section 6) tiny runs that complete and report what they say."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import pytest
 
 from nemo_gym.config import REPO_ROOT
 from scripts.bench.__main__ import QUICK, parse_args
+from scripts.bench.hosts import ROWS as HOSTS_ROWS
+from scripts.bench.hosts import unavailable
 
 E2E = pytest.mark.skipif(os.environ.get("NEMO_GYM_MULTIWORKER_E2E") != "1", reason="starts real server processes")
 
@@ -62,3 +64,15 @@ def test_a_quick_side_by_side_run_prints_both_trees_and_their_ratios():
     startup = out[out.index("5. Start-up"):].splitlines()
     assert startup[1].split()[-4:] == ["s", "current/baseline", "CPU", "current/baseline"]
     assert startup[3].split()[0] == "1" and startup[3].split()[-1].endswith("x")
+
+
+@E2E
+def test_hosts_section_runs_on_three_hosts_and_prints_every_row_and_the_direct_hits():
+    if unavailable() is not None:
+        pytest.skip(unavailable())
+    out = bench("--quick", "--sections", "hosts", "--episodes", "40", "--hop-requests", "20", "--hop-block", "10", timeout=600)
+    table = out[out.index("6a. Replicas on 3 network-namespace hosts"):].splitlines()
+    assert [line.split("  ")[0] for line in table[3:6]] == list(HOSTS_ROWS)
+    assert "every increment reached its session's state: yes" in out
+    assert "6c. Gym client's non-first requests answered on their owner host" in out
+    assert "Gym client across hosts: direct hits on the owner host >= 95% of non-first requests" in out
