@@ -20,13 +20,14 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 REPLICA_KEY = "nemo_gym_replica"
-REPLICAS_SETTING = "replicas"
-DEFAULT_PORTS = {"http": 80, "https": 443}
 FORWARD_PORT_KEY = "nemo_gym_forward_port"
 # Hosts that name every address of a host, none that another host could reach it at.
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 # What a host in a replica address may be: a DNS name or an IPv4 address; an IPv6 address in brackets.
 HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+# An instance's setting that lists its replicas' root URLs, and the ports those URLs mean without one.
+REPLICAS_SETTING = "replicas"
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def replica_address(host: str, port: int) -> str:
@@ -64,9 +65,10 @@ def replica_url(value: object) -> str:
         raise ValueError(f"{value!r} is not an http or https URL")
     if parts.username is not None or parts.path not in ("", "/") or parts.query or parts.fragment:
         raise ValueError(f"{value!r} is not a server's root URL (only scheme, host and port)")
-    address = replica_address((parts.hostname or "").lower(), port or DEFAULT_PORTS[scheme])
-    if parse_replica(address) is None:
-        raise ValueError(f"{value!r} names no host")
+    host = (parts.hostname or "").lower()
+    address = replica_address(host, port or DEFAULT_PORTS[scheme])
+    if host in WILDCARD_HOSTS or parse_replica(address) is None:
+        raise ValueError(f"{value!r} names no host a client could reach")
     return f"{scheme}://{address}"
 
 

@@ -78,6 +78,7 @@ COUNTER = "counter:\n  resources_servers:\n    example_session_state_mgmt:\n    
         "[http://user@10.0.0.2:18080]",
         "[http://10.0.0.2:99999]",
         "[http://bad_host:18080]",
+        "[http://0.0.0.0:18080]",
         "[http:///]",
         "[12]",
         "[http://10.0.0.2:18080, http://10.0.0.2:18080]",
