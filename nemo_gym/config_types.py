@@ -21,6 +21,7 @@ from nemo_gym.middleware.input_limits import (
     DEFAULT_MAX_HEADER_BYTES,
     DEFAULT_MIN_BODY_BYTES_PER_SECOND,
 )
+from nemo_gym.routing.replica import replica_urls
 from nemo_gym.sessions.secret import check_length
 
 
@@ -121,6 +122,9 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     replica_tls_certfile: str | None = None
     replica_tls_keyfile: str | None = None
     replica_tls_ca_file: str | None = None
+    # The root URLs (http or https, no path) of this instance's replicas on other hosts, for clients: Gym's
+    # client spreads new sessions over the instance's URL and these (README "A replica set").
+    replicas: list[str] = []
 
     @model_validator(mode="after")
     def replica_tls_whole(self) -> "BaseRunServerConfig":
@@ -129,6 +133,11 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
             missing = ", ".join(key for key, value in tls.items() if not value)
             raise ValueError(f"TLS between replicas needs all three of {', '.join(tls)}; missing: {missing}")
         return self
+
+    @field_validator("replicas")
+    @classmethod
+    def replicas_are_root_urls(cls, replicas: list[str]) -> list[str]:
+        return replica_urls(replicas)
 
     @field_validator("session_secret")
     @classmethod

@@ -5,7 +5,9 @@ config by name and return the ``aiohttp.ClientResponse`` itself; ``raise_for_sta
 ``get_response_json`` read it (its body is already read, so the connection is free again). One pooled
 aiohttp session per client, with no cookie jar: callers pass ``cookies=`` explicitly (aiohttp's own
 argument), the way an agent threading many sessions must. A call whose session cookie names an owner
-worker goes on a connection to that worker (``nemo_gym.client.owner_pool``), so it needs no hop.
+worker goes on a connection to that worker (``nemo_gym.client.owner_pool``), so it needs no hop; in a
+replica set, at its owner replica. A call with no session cookie for the instance (one that starts a
+session) goes to the instance's URL or to one of the other replicas its ``replicas`` setting lists, in turn.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from nemo_gym.client.owner_pool import OwnerPool, read_in_full
 from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT, BaseServerConfig
 from nemo_gym.env import DEFAULT_HEAD_PORT as DEFAULT_HEAD_SERVER_PORT, ENTRYPOINT_ENV, WORKER_ENV  # noqa: F401 (upstream's name)
 from nemo_gym.global_config import HEAD_SERVER_KEY_NAME, get_first_server_config_dict, get_global_config_dict, maybe_get_global_config_dict
+from nemo_gym.routing.replica import other_replica_urls
 from nemo_gym.sessions.cookie import session_cookie_name
 
 __all__ = [
@@ -97,6 +100,7 @@ class ServerClient(BaseModel):
     owner_pool: OwnerPool = Field(default_factory=lambda: OwnerPool(timeout=DEFAULT_TIMEOUT), exclude=True)
     _session: aiohttp.ClientSession | None = PrivateAttr(None)
     _urls: dict[str, str] = PrivateAttr(default_factory=dict)
+    _replicas: dict[str, list[str]] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def load_from_global_config(cls, head_server_config: BaseServerConfig | None = None) -> "ServerClient":
@@ -118,6 +122,13 @@ class ServerClient(BaseModel):
             base = self._urls[server_name] = self._build_server_base_url(settings)
         return f"{base}{url_path}"
 
+    def replica_urls(self, server_name: str) -> list[str]:
+        """The root URLs of the instance's other replicas (its ``replicas`` setting), over which new sessions spread."""
+        urls = self._replicas.get(server_name)
+        if urls is None:
+            urls = self._replicas[server_name] = other_replica_urls(get_first_server_config_dict(self.global_config_dict, server_name))
+        return urls
+
     async def request(self, server_name: str, url_path: str, method: str, **kwargs: Any) -> aiohttp.ClientResponse:
         """``method url_path`` on the instance named ``server_name``; ``kwargs`` go to aiohttp (``json``, ``cookies`` ...)."""
         session_cookie = cookie_value(kwargs.get("cookies"), session_cookie_name(server_name))
@@ -126,8 +137,9 @@ class ServerClient(BaseModel):
     async def send(self, server_name: str, url_path: str, method: str, session_cookie: str | None, **kwargs: Any) -> aiohttp.ClientResponse:
         """The request on a connection to the owner worker of the session ``session_cookie`` names (``owner_pool``)."""
         url = self.url(server_name, url_path)
+        replicas = self.replica_urls(server_name)
         kwargs = json_ready(kwargs)
-        return await send(lambda: self.owner_pool.request(self.session(), server_name, session_cookie, method, url, **kwargs))
+        return await send(lambda: self.owner_pool.request(self.session(), server_name, session_cookie, method, url, replicas, **kwargs))
 
     def poll_for_status(self, server_name: str) -> ServerStatus:
         """Upstream's readiness probe (blocking): ``success`` when the server's root answers at all (any

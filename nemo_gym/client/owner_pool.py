@@ -25,6 +25,12 @@ host and, once labelled, no worker. A replica this client cannot connect to (an 
 replicas reach, or a replica that is gone) gets the request at the URL it was given instead, whose
 server forwards it or answers for the owner as for any client.
 
+A request with no session cookie (one that starts a session) goes, when the instance lists other
+replicas (its ``replicas`` setting), to the next of the given URL and those replicas in turn: round
+robin, so new sessions, the unit of load here (each session's later requests all go to its owner),
+spread evenly over them whatever their timing. A listed replica this client cannot connect to is
+skipped for new sessions as for owners, and its turn passes to the next.
+
 Bounded per server instance: at most ``MAX_KEPT_CONNECTIONS`` open; a request that finds none free
 while that many are busy still gets a new one, and on its return the least recently used free
 connection is closed. A connection idle for ``IDLE_SECONDS`` is closed by its connector (the servers
@@ -38,13 +44,13 @@ import collections
 import json
 import time
 from base64 import b64decode
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator, Sequence
 from typing import Any
 
 import aiohttp
 import yarl
 
-from nemo_gym.routing.replica import REPLICA_KEY, parse_replica
+from nemo_gym.routing.replica import REPLICA_KEY, parse_replica, replica_address
 from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER, is_worker_id
 
 MAX_KEPT_CONNECTIONS = 1024
@@ -147,21 +153,46 @@ class OwnerPool:
         self.servers: dict[str, ServerConnections] = {}
         # Replica address -> until when it is not tried directly (this client could not connect to it).
         self.unreachable: dict[str, float] = {}
+        # Per server instance: whose turn it is for a new session (0: the given URL; i: its i-th replica).
+        self.turns: dict[str, int] = collections.defaultdict(int)
 
     async def request(
-        self, shared: aiohttp.ClientSession, server: str, session_cookie: str | None, method: str, url: str, **kwargs: Any
+        self,
+        shared: aiohttp.ClientSession,
+        server: str,
+        session_cookie: str | None,
+        method: str,
+        url: str,
+        replicas: Sequence[str] = (),
+        **kwargs: Any,
     ) -> aiohttp.ClientResponse:
-        """Send on a connection to the session's owner (at its replica, in a replica set) and read the reply
+        """Send on a connection to the session's owner (at its replica, in a replica set), or for a new session
+        to the given URL or one of the instance's other ``replicas`` (root URLs) in turn, and read the reply
         in full (the connection is then free again); ``shared`` serves servers not seen to use owners."""
-        replica = cookie_replica(session_cookie)
-        if replica is not None:
-            direct = yarl.URL(url).with_host(replica[0]).with_port(replica[1])
-            if time.monotonic() >= self.unreachable.get(direct.authority, 0.0):
-                try:
-                    return await self.request_at(shared, f"{server}@{direct.authority}", session_cookie, method, str(direct), **kwargs)
-                except aiohttp.ClientConnectorError:  # nothing was sent: the URL's own server takes it
-                    self.unreachable[direct.authority] = time.monotonic() + UNREACHABLE_SECONDS
+        for direct in self.direct_urls(server, session_cookie, url, replicas):
+            address = replica_address(direct.host, direct.port)
+            if time.monotonic() < self.unreachable.get(address, 0.0):
+                continue
+            try:
+                return await self.request_at(shared, f"{server}@{address}", session_cookie, method, str(direct), **kwargs)
+            except aiohttp.ClientConnectorError:  # nothing was sent: the URL's own server takes it
+                self.unreachable[address] = time.monotonic() + UNREACHABLE_SECONDS
         return await self.request_at(shared, server, session_cookie, method, url, **kwargs)
+
+    def direct_urls(self, server: str, session_cookie: str | None, url: str, replicas: Sequence[str]) -> Iterator[yarl.URL]:
+        """Where to try the request before the given URL: the owner replica a session's cookie names; for a
+        new session, the listed replicas whose turn it is, up to the given URL's turn."""
+        given = yarl.URL(url)
+        if session_cookie:
+            replica = cookie_replica(session_cookie)
+            if replica is not None:
+                yield given.with_host(replica[0]).with_port(replica[1])
+            return
+        while turn := self.turns[server] % (len(replicas) + 1):
+            self.turns[server] = turn + 1
+            root = yarl.URL(replicas[turn - 1])
+            yield given.with_scheme(root.scheme).with_host(root.host).with_port(root.port)
+        self.turns[server] = 1
 
     async def request_at(
         self, shared: aiohttp.ClientSession, server: str, session_cookie: str | None, method: str, url: str, **kwargs: Any

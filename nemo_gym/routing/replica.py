@@ -7,12 +7,17 @@ replica's public address ``host:port`` (its identity: what clients and a 410 nam
 the instance's ``advertise_host`` or else its ``host``, and ``nemo_gym_forward_port``, the port on
 that host where the other replicas forward to it. A session without ``nemo_gym_replica`` (minted by a
 server that is no replica set, or before one became one) is this host's, as before.
+
+An instance's ``replicas`` setting lists the root URLs of its replicas on other hosts, for clients:
+Gym's own client spreads new sessions over the instance's URL and these (``nemo_gym.client.owner_pool``).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 REPLICA_KEY = "nemo_gym_replica"
 FORWARD_PORT_KEY = "nemo_gym_forward_port"
@@ -20,6 +25,9 @@ FORWARD_PORT_KEY = "nemo_gym_forward_port"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 # What a host in a replica address may be: a DNS name or an IPv4 address; an IPv6 address in brackets.
 HOST_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+# An instance's setting that lists its replicas' root URLs, and the ports those URLs mean without one.
+REPLICAS_SETTING = "replicas"
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def replica_address(host: str, port: int) -> str:
@@ -41,6 +49,46 @@ def parse_replica(value: object) -> tuple[str, int] | None:
             return None
         return host[1:-1], int(port)
     return (host, int(port)) if HOST_NAME.fullmatch(host) else None
+
+
+def replica_url(value: object) -> str:
+    """A replica's root URL as ``scheme://host:port`` (its port explicit); ValueError saying why it is none."""
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a URL")
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError as error:
+        raise ValueError(f"{value!r} is not a URL: {error}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS:
+        raise ValueError(f"{value!r} is not an http or https URL")
+    if parts.username is not None or parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"{value!r} is not a server's root URL (only scheme, host and port)")
+    host = (parts.hostname or "").lower()
+    address = replica_address(host, port or DEFAULT_PORTS[scheme])
+    if host in WILDCARD_HOSTS or parse_replica(address) is None:
+        raise ValueError(f"{value!r} names no host a client could reach")
+    return f"{scheme}://{address}"
+
+
+def replica_urls(values: list) -> list[str]:
+    """The root URLs a ``replicas`` setting lists (``replica_url``); ValueError for a bad one or a duplicate."""
+    urls = [replica_url(value) for value in values]
+    duplicates = sorted({url for url in urls if urls.count(url) > 1})
+    if duplicates:
+        raise ValueError(f"lists {', '.join(duplicates)} more than once")
+    return urls
+
+
+def other_replica_urls(settings: Mapping) -> list[str]:
+    """The root URLs of an instance's replicas other than itself: its ``replicas``, less any at its own
+    address (``host`` or ``advertise_host``, and ``port``), so that one list can serve every host."""
+    listed = list(settings.get(REPLICAS_SETTING) or [])
+    if not listed:
+        return []
+    own = {replica_address(str(host).lower(), int(settings["port"])) for host in (settings.get("host"), settings.get("advertise_host")) if host}
+    return [url for url in replica_urls(listed) if url.split("://", 1)[1] not in own]
 
 
 def replica_of(session: dict | None) -> object | None:

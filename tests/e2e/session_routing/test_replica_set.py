@@ -17,12 +17,15 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from omegaconf import OmegaConf
 
 from nemo_gym.client.owner_pool import OwnerPool
 from nemo_gym.config import free_port
 from nemo_gym.process.launcher import children
 from nemo_gym.routing.replica import REPLICA_KEY, forward_address
+from nemo_gym.routing.transport.unix import life_sockets
 from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER
+from nemo_gym.server_utils import ServerClient
 from nemo_gym.sessions.cookie import session_cookie_name
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes
 from scripts.bench.haproxy import HAProxy
@@ -90,6 +93,18 @@ def forwarding_of_cookie(cookie: dict[str, str]) -> str:
     return forward_address(session_of(SECRET, cookie[COOKIE]))
 
 
+def replica_of_every_worker(launchers) -> dict[str, str]:
+    """Each live worker's replica: the workers serving from each replica's socket directory (a reply names the
+    worker that took its connection, which may own no session a test made)."""
+    replicas = {
+        worker: launcher.instances[NAME].url.removeprefix("http://")
+        for launcher in launchers
+        for worker in life_sockets(launcher.socket_dirs[NAME])
+    }
+    assert len(replicas) == REPLICAS * WORKERS
+    return replicas
+
+
 def processes(launcher) -> list[int]:
     """The replica's server process and its workers."""
     main = launcher.processes[NAME].pid
@@ -123,10 +138,9 @@ def test_sessions_live_on_every_replica_and_every_worker(replica_set):
 def test_gyms_client_sends_each_session_to_its_owner_replica_and_crosses_no_host(replica_set):
     """Given the balancer's URL, the owner pool sends a session's later requests to its owner replica's own
     address: each is answered by a worker of that replica (the reply names the worker that took it)."""
-    _, url = replica_set
+    launchers, url = replica_set
 
-    async def run() -> tuple[dict[str, str], list[tuple[str, str, str]]]:
-        replica_of_worker: dict[str, str] = {}
+    async def run() -> list[tuple[str, str, str]]:
         answered: list[tuple[str, str, str]] = []
         pool = OwnerPool()
         async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as shared:
@@ -134,7 +148,6 @@ def test_gyms_client_sends_each_session_to_its_owner_replica_and_crosses_no_host
                 reply = await pool.request(shared, NAME, None, "POST", f"{url}/seed_session", json={"initial_count": start})
                 cookie = reply.cookies[COOKIE].value
                 owner = session_of(SECRET, cookie)
-                replica_of_worker[owner[OWNER_KEY]] = owner[REPLICA_KEY]
                 for _ in range(3):
                     reply = await pool.request(
                         shared, NAME, cookie, "POST", f"{url}/increment_counter", json={"count": 1}, headers={"Cookie": f"{COOKIE}={cookie}"}
@@ -142,12 +155,47 @@ def test_gyms_client_sends_each_session_to_its_owner_replica_and_crosses_no_host
                     assert reply.status == 200, await reply.text()
                     answered.append((reply.headers[WORKER_HEADER], owner[REPLICA_KEY], owner[OWNER_KEY]))
         await pool.close()
-        return replica_of_worker, answered
+        return answered
 
-    replica_of_worker, answered = asyncio.run(run())
-    assert all(replica_of_worker.get(worker) == replica for worker, replica, _ in answered)
+    answered = asyncio.run(run())
+    replica_of_worker = replica_of_every_worker(launchers)
+    assert all(replica_of_worker[worker] == replica for worker, replica, _ in answered)
     direct = sum(worker == owner for worker, _, owner in answered)
     print(f"Gym client across replicas: {direct}/{len(answered)} non-first requests answered by their owner worker (no hop)")
+
+
+def test_gyms_client_given_the_replicas_spreads_new_sessions_evenly_and_sends_each_later_request_to_its_owner_replica(replica_set):
+    """No balancer: ServerClient's config names the first replica and lists the other two as its ``replicas``."""
+    launchers, _ = replica_set
+    first, *others = [launcher.instances[NAME] for launcher in launchers]
+    settings = {**first.settings, "replicas": [other.url for other in others]}
+    config = OmegaConf.create({NAME: {first.server_type: {first.implementation: settings}}})
+
+    async def run() -> tuple[list[str], list[tuple[str, str, str]]]:
+        client = ServerClient(global_config_dict=config)
+        started: list[str] = []
+        answered: list[tuple[str, str, str]] = []
+        try:
+            for start in range(60):
+                reply = await client.post(NAME, "/seed_session", json={"initial_count": start})
+                cookie = reply.cookies[COOKIE].value
+                owner = session_of(SECRET, cookie)
+                started.append(owner[REPLICA_KEY])
+                for path in ("/increment_counter", "/increment_counter", "/get_counter_value"):
+                    reply = await client.post(NAME, path, json={"count": 1} if path == "/increment_counter" else {}, cookies={COOKIE: cookie})
+                    assert reply.status == 200, await reply.text()
+                    answered.append((reply.headers[WORKER_HEADER], owner[REPLICA_KEY], owner[OWNER_KEY]))
+                assert (await reply.json())["count"] == start + 2
+        finally:
+            await client.close()
+        return started, answered
+
+    started, answered = asyncio.run(run())
+    assert {replica: started.count(replica) for replica in started} == {instance.url.removeprefix("http://"): 20 for instance in (first, *others)}
+    replica_of_worker = replica_of_every_worker(launchers)
+    assert all(replica_of_worker[worker] == replica for worker, replica, _ in answered)
+    direct = sum(worker == owner for worker, _, owner in answered)
+    print(f"Gym client spreading over listed replicas: {direct}/{len(answered)} non-first requests answered by their owner worker (no hop)")
 
 
 def test_hostile_requests_to_a_forwarding_port_get_401_and_are_never_handled(replica_set):

@@ -3,19 +3,21 @@
 Property-based: for any worker ID, replica host (IPv4, IPv6, DNS name) and ports, a session that the
 app's session layer stamps and signs is read by the router (``OwnerReader``: the cookie, or the MCP
 token minted for it) and by the app's own session layer, and both name the same owner, replica and
-forwarding address.
+forwarding address. A replica listed in an instance's ``replicas`` setting at that address is known, in
+Gym's client, by the same address (read by the setting's check, then by the client's URL parser).
 """
 
 from __future__ import annotations
 
 import asyncio
 
+import yarl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.routing.owner import OwnerReader, owner_of
-from nemo_gym.routing.replica import forward_address, parse_replica, replica_address, replica_keys, replica_of
+from nemo_gym.routing.replica import WILDCARD_HOSTS, forward_address, parse_replica, replica_address, replica_keys, replica_of, replica_urls
 from nemo_gym.sessions.cookie import SessionCookie, SessionIdMiddleware
 from nemo_gym.sessions.token import TOKEN_HEADER_KEY, mint_token, token_serializer
 
@@ -65,3 +67,12 @@ def test_the_router_and_the_app_read_the_same_owner_replica_and_forwarding_port(
         assert owner_of(session) == worker
         assert replica_of(session) == replica
         assert forward_address(session) == replica_address(host, forward_port)
+
+
+@settings(max_examples=300, deadline=None)
+@given(host=hosts.filter(lambda host: host not in WILDCARD_HOSTS), port=ports, scheme=st.sampled_from(["http", "https"]))
+def test_a_listed_replica_is_known_to_gyms_client_by_the_address_its_sessions_name(host, port, scheme):
+    address = replica_address(host, port)
+    [listed] = replica_urls([f"{scheme}://{address}"])
+    root = yarl.URL(listed)
+    assert (root.scheme, replica_address(root.host, root.port)) == (scheme, address)

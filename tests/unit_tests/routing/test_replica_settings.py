@@ -1,5 +1,6 @@
-"""A replica set's settings: advertise_host, forward_port, peer_dead_after_seconds and TLS between replicas are known keys,
-and a replica no other replica could reach, or whose forwarding port is taken, does not start."""
+"""A replica set's settings: advertise_host, forward_port, peer_dead_after_seconds, TLS between replicas and replicas are
+known keys, a bad replicas list is refused at load, and a replica no other replica could reach, or whose forwarding port
+is taken, does not start."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from nemo_gym.base_resources_server import BaseResourcesServerConfig
+from nemo_gym.config import ConfigError
+from nemo_gym.process import discovery
 from nemo_gym.process.run import claim_replica_port
-from nemo_gym.routing.replica import ReplicaAddressError, advertised_host
+from nemo_gym.routing.replica import ReplicaAddressError, advertised_host, other_replica_urls
 
 BASE = {"name": "counter", "host": "127.0.0.1", "port": 18080, "num_workers": 2, "session_secret": "s" * 40}
 
@@ -61,3 +64,46 @@ def test_a_config_without_a_session_secret_dumps_without_the_key_so_a_redacted_d
     assert "session_secret" not in dumped
     assert BaseResourcesServerConfig.model_validate({**dumped, **{key: "***" for key in dumped if "secret" in key}}) == config
     assert BaseResourcesServerConfig(**BASE).model_dump()["session_secret"] == "s" * 40
+
+
+def test_replicas_is_a_known_key_listing_root_urls_with_their_ports(caplog):
+    with caplog.at_level(logging.WARNING):
+        config = BaseResourcesServerConfig.model_validate({**BASE, "replicas": ["http://10.0.0.2:18080", "HTTPS://Replica-3.Example/", "http://[fd00::4]"]})
+    assert "ignoring keys" not in caplog.text
+    assert config.replicas == ["http://10.0.0.2:18080", "https://replica-3.example:443", "http://[fd00::4]:80"]
+    assert BaseResourcesServerConfig.model_validate(BASE).replicas == []
+
+
+COUNTER = "counter:\n  resources_servers:\n    example_session_state_mgmt:\n      num_workers: 2\n      replicas: {}\n"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        '"http://10.0.0.2:18080"',
+        "[ftp://10.0.0.2:18080]",
+        "[10.0.0.2:18080]",
+        "[http://10.0.0.2:18080/counter]",
+        "['http://10.0.0.2:18080?x=1']",
+        "[http://user@10.0.0.2:18080]",
+        "[http://10.0.0.2:99999]",
+        "[http://bad_host:18080]",
+        "[http://0.0.0.0:18080]",
+        "[http:///]",
+        "[12]",
+        "[http://10.0.0.2:18080, http://10.0.0.2:18080]",
+        "[http://replica:80, HTTP://REPLICA/]",
+    ],
+)
+def test_a_bad_replicas_value_is_refused_at_load_naming_the_key(tmp_path, value):
+    path = tmp_path / "counter.yaml"
+    path.write_text(COUNTER.format(value))
+    with pytest.raises(ConfigError, match=r"counter\.resources_servers\.example_session_state_mgmt\.replicas"):
+        discovery.load([path], check_ports=False)
+
+
+def test_a_listed_replica_at_the_instances_own_address_is_the_instance_itself():
+    settings = {"host": "0.0.0.0", "advertise_host": "10.0.0.1", "port": 18080, "replicas": ["http://10.0.0.1:18080", "http://10.0.0.2:18080"]}
+    assert other_replica_urls(settings) == ["http://10.0.0.2:18080"]
+    assert other_replica_urls({"host": "10.0.0.2", "port": 18080, "replicas": ["http://10.0.0.2:18080/"]}) == []
+    assert other_replica_urls({"host": "127.0.0.1", "port": 1}) == []
