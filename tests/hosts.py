@@ -282,7 +282,7 @@ class Hosts:
         etc_hosts = "127.0.0.1 localhost\n" + "".join(f"{host.address} {host.name}\n" for host in self.hosts.values())
         for host in self.hosts.values():
             host.holder = subprocess.Popen(
-                ["ip", "netns", "exec", host.netns, "unshare", "--mount", "--propagation", "private", "sh", "-c", HOLDER_SCRIPT, "sh", etc_hosts],
+                ["nsenter", f"--net=/run/netns/{host.netns}", "--", "unshare", "--mount", "--propagation", "private", "sh", "-c", HOLDER_SCRIPT, "sh", etc_hosts],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
         for host in self.hosts.values():
@@ -333,16 +333,17 @@ def start_gym(configs: list[tuple[Host, dict]], timeout: float) -> list[subproce
     return started
 
 
-def start_balancer(host: Host, port: int, servers: list[tuple[str, int]]) -> subprocess.Popen:
-    """HAProxy on ``host:port``, round robin over ``servers`` (each checked by a TCP connect every second)."""
+def start_balancer(host: Host, port: int, servers: list[tuple[str, int]], name: str = "haproxy") -> subprocess.Popen:
+    """HAProxy on ``host:port``, round robin over ``servers`` (each checked by a TCP connect every second);
+    its config and log are the host's /tmp/NAME.cfg and /tmp/NAME.log (a name per balancer of a host)."""
     lines = "\n".join(f"    server s{number} {address}:{server_port} check inter 1s fall 1 rise 1" for number, (address, server_port) in enumerate(servers, 1))
-    host.path("/tmp/haproxy.cfg").write_text(BALANCER_CONFIG.format(address=host.address, port=port, servers=lines))
-    with open(host.path("/tmp/haproxy.log"), "wb") as log:
-        process = host.run(["haproxy", "-db", "-f", "/tmp/haproxy.cfg"], stdout=log, stderr=subprocess.STDOUT)
+    host.path(f"/tmp/{name}.cfg").write_text(BALANCER_CONFIG.format(address=host.address, port=port, servers=lines))
+    with open(host.path(f"/tmp/{name}.log"), "wb") as log:
+        process = host.run(["haproxy", "-db", "-f", f"/tmp/{name}.cfg"], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + COMMAND_TIMEOUT_SECONDS
     while (host.address, port) not in host.listening():
         if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"haproxy on host {host.name} did not listen:\n{tail(host.path('/tmp/haproxy.log'), GYM_LOG_TAIL_LINES)}")
+            raise RuntimeError(f"haproxy on host {host.name} did not listen:\n{tail(host.path(f'/tmp/{name}.log'), GYM_LOG_TAIL_LINES)}")
         time.sleep(0.05)
     return process
 
