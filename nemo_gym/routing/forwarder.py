@@ -112,6 +112,8 @@ class Forwarder:
             try:
                 kept = await exchange.relay(connection, body)
             except ConnectionBroken:
+                if connection.timed_out and not exchange.started:
+                    raise OwnerBusy(owner) from None  # the owner's host acknowledged nothing for a while: silent
                 if again or not connection.unread() or not exchange.replayable():
                     raise
                 body, again = exchange.body_again(body), True

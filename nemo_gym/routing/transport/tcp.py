@@ -39,6 +39,11 @@ CONNECT_TIMEOUT_SECONDS = 1.0
 # cut off, not frozen: a frozen host's kernel answers the probes) breaks it within about 5 + 3 x 2 s,
 # where the request would otherwise wait for a reply forever.
 KEEPALIVE = ((socket.TCP_KEEPIDLE, 5), (socket.TCP_KEEPINTVL, 2), (socket.TCP_KEEPCNT, 3))
+# Keep-alive probes only an idle connection: a request written on a kept connection to a host that went
+# away stays unacknowledged, and the kernel would retransmit it for many minutes. With this user timeout
+# the kernel gives such a connection up (ETIMEDOUT); the replica has then been silent at least this long.
+# A frozen host's kernel acknowledges what it is sent, so its connections never time out.
+USER_TIMEOUT_SECONDS = 5
 # The default of the ``peer_dead_after_seconds`` setting.
 PEER_DEAD_AFTER_SECONDS = 30.0
 
@@ -152,6 +157,8 @@ class TcpTransport:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         for option, value in KEEPALIVE:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_SECONDS * 1000)
+        connection.on_timeout = lambda: self.silent_since.setdefault(address, loop.time() - USER_TIMEOUT_SECONDS)
         return connection
 
     def pool_for(self, address: str) -> IdleConnections:

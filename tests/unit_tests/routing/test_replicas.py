@@ -31,7 +31,7 @@ from nemo_gym.config import free_port
 from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY
 from nemo_gym.routing.transport.base import Transport
 from nemo_gym.routing.transport.credentials import AUTH_HEADER, WINDOW_SECONDS, ReplicaCredentials
-from nemo_gym.routing.transport.tcp import claim_forward_port
+from nemo_gym.routing.transport.tcp import USER_TIMEOUT_SECONDS, claim_forward_port
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, token_serializer
 from tests.session_cookies import session_of, signed_session
@@ -330,6 +330,36 @@ async def test_a_silent_replica_gets_503_with_retry_after_until_peer_dead_after_
                         assert silent in body["detail"]
         assert statuses[0] == 503 and statuses[-1] == 410, statuses
         assert silent in body["detail"] and owner in body["detail"] and "not answered" in body["detail"]
+
+
+@contextlib.contextmanager
+def unacknowledging_listener() -> socket.socket:
+    """A loopback port that takes connections and never reads, its receive buffer tiny: what is sent to it
+    soon stays unacknowledged (a zero window), as to a host that went away under an open connection."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    try:
+        yield listener
+    finally:
+        listener.close()
+
+
+async def test_a_request_a_replica_stops_acknowledging_gets_503_with_retry_after_and_counts_as_its_silence():
+    """The kernel gives up on the connection (its user timeout), so the request does not wait without end."""
+    async with replica_set(count=1, peer_dead_after_seconds=60) as ((r1,), caller):
+        a1 = r1.workers[0]
+        with unacknowledging_listener() as listener:
+            address = f"127.0.0.1:{listener.getsockname()[1]}"
+            named = {SESSION_ID_KEY: "s-unacknowledged", OWNER_KEY: "d" * 16, REPLICA_KEY: "127.0.0.1:1", FORWARD_PORT_KEY: listener.getsockname()[1]}
+            cookie = signed_session(a1.server.secret, named)
+            async with asyncio.timeout(60):
+                response = await caller.post(a1, "/increment", {a1.server.session_cookie: cookie}, data=b"x" * (1 << 20))
+                body = await response.json()
+        assert (response.status, response.headers.get("Retry-After")) == (503, "1"), body
+        assert address in body["detail"]
+        assert a1.server.replicas.silent_for(address) >= USER_TIMEOUT_SECONDS
 
 
 async def test_a_replica_that_answers_again_is_alive_again():
