@@ -36,8 +36,8 @@ from nemo_gym.routing.transport.private_server import PrivateServer
 REPLICA_WORKER_SCOPE_KEY = "nemo_gym.replica_worker"
 CONNECT_TIMEOUT_SECONDS = 1.0
 # TCP keep-alive on every connection to a replica: a host that goes away under an open connection (down or
-# cut off, not frozen: a frozen host's kernel answers the probes) breaks it within about 5 + 3 x 2 s,
-# where the request would otherwise wait for a reply forever.
+# cut off, not frozen: a frozen host's kernel answers the probes) breaks it within about 5 + 2 s (the user
+# timeout below ends the probing), where the request would otherwise wait for a reply forever.
 KEEPALIVE = ((socket.TCP_KEEPIDLE, 5), (socket.TCP_KEEPINTVL, 2), (socket.TCP_KEEPCNT, 3))
 # Keep-alive probes only an idle connection: a request written on a kept connection to a host that went
 # away stays unacknowledged, and the kernel would retransmit it for many minutes. With this user timeout
