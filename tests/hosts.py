@@ -283,7 +283,7 @@ class Hosts:
         etc_hosts = "127.0.0.1 localhost\n" + "".join(f"{host.address} {host.name}\n" for host in self.hosts.values())
         for host in self.hosts.values():
             host.holder = subprocess.Popen(
-                ["ip", "netns", "exec", host.netns, "unshare", "--mount", "--propagation", "private", "sh", "-c", HOLDER_SCRIPT, "sh", etc_hosts],
+                ["nsenter", f"--net=/run/netns/{host.netns}", "--", "unshare", "--mount", "--propagation", "private", "sh", "-c", HOLDER_SCRIPT, "sh", etc_hosts],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
         for host in self.hosts.values():
@@ -334,10 +334,11 @@ def start_gym(configs: list[tuple[Host, dict]], timeout: float) -> list[subproce
     return started
 
 
-def start_balancer(host: Host, port: int, servers: list[tuple[str, int]]) -> subprocess.Popen:
-    """HAProxy on ``host:port``, round robin over ``servers`` (each checked by a TCP connect every second)."""
+def start_balancer(host: Host, port: int, servers: list[tuple[str, int]], name: str = "haproxy") -> subprocess.Popen:
+    """HAProxy on ``host:port``, round robin over ``servers`` (each checked by a TCP connect every second);
+    its config and log are the host's /tmp/NAME.cfg and /tmp/NAME.log (a name per balancer of a host)."""
     lines = "\n".join(f"    server s{number} {address}:{server_port} check inter 1s fall 1 rise 1" for number, (address, server_port) in enumerate(servers, 1))
-    return start_haproxy(host, port, BALANCER_CONFIG.format(address=host.address, port=port, servers=lines))
+    return start_haproxy(host, port, BALANCER_CONFIG.format(address=host.address, port=port, servers=lines), name)
 
 
 def start_haproxy(host: Host, port: int, config: str, name: str = "haproxy") -> subprocess.Popen:

@@ -15,6 +15,17 @@
   connection; their bodies, a list per URL.
 - ``refused``: ``{"urls", "timeout"}``: POSTs a seed request to each URL, each given ``timeout`` seconds;
   per URL its status, or the connection error.
+- ``mcp``: ``{"url", "sequences"}``: counter sequences over MCP with only the session token, all at once
+  (resources_servers/example_session_state_mgmt/mcp_sequences.py, the official ``mcp`` client); one
+  bool per sequence, True when it ended with the right count.
+- ``conversations``: ``{"url", "conversations"}``: two-turn memory_agent conversations, all at once
+  (responses_api_agents/memory_agent/conversations.py), a new connection per request; their results.
+- ``swe``: ``{"url", "rows", "concurrency", "timeout"}``: one episode per task row of the JSONL file
+  ``rows`` (a path on the client's host) through the relay's ``/run``, ``concurrency`` at a time,
+  a new connection per request, each given ``timeout`` seconds; their results.
+
+Every mode but ``get`` sends to ``url`` (the balancer) whichever instance a call names, with no cookie
+jar: a call carries the cookies it is given, and nothing else.
 """
 
 from __future__ import annotations
@@ -28,7 +39,11 @@ from typing import Any
 
 import aiohttp
 
+from nemo_gym.client.reading import ServerReply, cookie_header
+from nemo_gym.client.rollouts import read_rows, run_episodes as run_relay_episodes
+from resources_servers.example_session_state_mgmt.mcp_sequences import run_sequences
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes, shared_aiohttp
+from responses_api_agents.memory_agent.conversations import run_conversations
 
 START = 1000
 REQUEST_TIMEOUT_SECONDS = 60
@@ -103,6 +118,34 @@ async def refused(urls: list[str], timeout: float) -> dict[str, Any]:
         return dict(zip(urls, await asyncio.gather(*(one(url) for url in urls))))
 
 
+class BalancerClient:
+    """The calls of ``ReadingClient`` (``post``, ``url``), every one to the balancer at ``url`` on a new
+    connection, with only the cookies it is given: the instance a call names only says what it is for."""
+
+    def __init__(self, url: str, timeout: float = REQUEST_TIMEOUT_SECONDS) -> None:
+        self.base = url
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), cookie_jar=aiohttp.DummyCookieJar())
+
+    def url(self, server: str, path: str) -> str:
+        return self.base + path
+
+    async def post(self, server: str, path: str, json: Any = None, cookies: dict[str, str] | None = None) -> ServerReply:
+        headers = {"Cookie": cookie_header(cookies)} if cookies else None
+        return await ServerReply.read(await self.http.post(self.base + path, json=json, headers=headers, timeout=self.timeout))
+
+    async def close(self) -> None:
+        await self.http.close()
+
+
+async def through_balancer(url: str, run, timeout: float = REQUEST_TIMEOUT_SECONDS) -> Any:
+    client = BalancerClient(url, timeout)
+    try:
+        return await run(client)
+    finally:
+        await client.close()
+
+
 def main() -> None:
     mode, args = sys.argv[1], json.loads(sys.argv[2])
     if mode == "episodes":
@@ -111,6 +154,14 @@ def main() -> None:
         result = asyncio.run(sessions(**args))
     elif mode == "get":
         result = get(**args)
+    elif mode == "mcp":
+        result = asyncio.run(through_balancer(args["url"], lambda client: run_sequences(client, "counter", args["sequences"])))
+    elif mode == "conversations":
+        count = args["conversations"]
+        result = asyncio.run(through_balancer(args["url"], lambda client: run_conversations(client, "memory_agent", count, count)))
+    elif mode == "swe":
+        rows = read_rows(args["rows"])
+        result = asyncio.run(through_balancer(args["url"], lambda client: run_relay_episodes(client, "relay", rows, args["concurrency"], False), args["timeout"]))
     else:
         result = asyncio.run(refused(**args))
     print(json.dumps(result), flush=True)

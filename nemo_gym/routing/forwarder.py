@@ -39,7 +39,7 @@ class OwnerDied(Exception):
 
 class OwnerBusy(Exception):
     """The owner lives but has taken no connection for the forwarder's ``busy_wait_seconds``; or its host
-    answers no connection (``Transport.is_silent``) since its connection broke under the request."""
+    has acknowledged nothing of the request for the transport's user timeout (silent, not proved dead)."""
 
 
 class Forwarder:
@@ -60,7 +60,7 @@ class Forwarder:
     ) -> None:
         """Forward (with ``headers`` added: a replica's credential) and stream back; raises ``OwnerGone``,
         ``OwnerDied`` or ``OwnerBusy``, with nothing sent, if it cannot; a 502 for a live owner whose
-        connection broke before its reply started (``OwnerBusy`` if its host then answers no connection).
+        connection broke before its reply started.
 
         A caller that leaves cancels it. Only a dead owner's kept connections are dropped: closing a
         live owner's would abort the requests it is serving.
@@ -81,8 +81,6 @@ class Forwarder:
             if await self.transport.proves_dead(owner):
                 self.transport.forget(owner)
                 raise OwnerDied(owner) from error
-            if self.transport.is_silent(owner):
-                raise OwnerBusy(owner) from error
             detail = f"Forwarding to worker {owner}, which owns this session, failed: {error!r}"
             await JSONResponse(status_code=502, content={"detail": detail})(scope, receive, send)
 
@@ -115,6 +113,8 @@ class Forwarder:
             try:
                 kept = await exchange.relay(connection, body)
             except ConnectionBroken:
+                if connection.timed_out and not exchange.started:
+                    raise OwnerBusy(owner) from None  # the owner's host acknowledged nothing for a while: silent
                 if again or not connection.unread() or not exchange.replayable():
                     raise
                 body, again = exchange.body_again(body), True

@@ -40,10 +40,6 @@ class Transport(Protocol):
         """For a connection that broke before its reply started: whether the worker is dead, waiting as
         long as its death takes to show; False for a worker that stays alive."""
 
-    def is_silent(self, worker_id: str) -> bool:
-        """True while the worker's host answers no connection at all (neither refused nor taken): it may be
-        alive, as a partitioned host is, and nothing proves it either way. Answers at once."""
-
     def forget(self, owner: str) -> None:
         """Drop what is kept for a dead owner (its connections)."""
 

@@ -51,6 +51,10 @@ class OwnerConnection(asyncio.Protocol):
         self.sent = False
         self.replied = False
         self.reset = False
+        # Whether the kernel gave up on the connection (ETIMEDOUT: what was sent stayed unacknowledged, as to
+        # a host gone from the network), and what to call then (the TCP transport notes the replica silent).
+        self.timed_out = False
+        self.on_timeout: Callable[[], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -70,6 +74,9 @@ class OwnerConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.reset = isinstance(exc, (ConnectionResetError, BrokenPipeError))
+        self.timed_out = isinstance(exc, TimeoutError)
+        if self.timed_out and self.on_timeout is not None:
+            self.on_timeout()
         self.writable.set()
         self.push(("broken", ConnectionBroken(f"the owner closed the connection: {exc!r}" if exc else "the owner closed the connection")))
 

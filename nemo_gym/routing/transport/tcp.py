@@ -35,12 +35,15 @@ from nemo_gym.routing.transport.private_server import PrivateServer
 # Set in the scope of a request the forwarding port accepted: the worker its credential sends it to.
 REPLICA_WORKER_SCOPE_KEY = "nemo_gym.replica_worker"
 CONNECT_TIMEOUT_SECONDS = 1.0
-# On every connection to a replica: a host that goes away under an open connection (down or cut off, not
-# frozen: a frozen host's kernel answers the probes and acknowledges what it is sent) breaks it within
-# about 5 + 3 x 2 s, where its request would otherwise wait for a reply forever. Keep-alive probes find
-# it while the connection waits for a reply; TCP_USER_TIMEOUT while what was sent (a request) stays
-# unacknowledged, which the kernel would otherwise retransmit for many minutes.
-TCP_OPTIONS = ((socket.TCP_KEEPIDLE, 5), (socket.TCP_KEEPINTVL, 2), (socket.TCP_KEEPCNT, 3), (socket.TCP_USER_TIMEOUT, 1000 * (5 + 3 * 2)))
+# TCP keep-alive on every connection to a replica: a host that goes away under an open connection (down or
+# cut off, not frozen: a frozen host's kernel answers the probes) breaks it within about 5 + 2 s (the user
+# timeout below ends the probing), where the request would otherwise wait for a reply forever.
+KEEPALIVE = ((socket.TCP_KEEPIDLE, 5), (socket.TCP_KEEPINTVL, 2), (socket.TCP_KEEPCNT, 3))
+# Keep-alive probes only an idle connection: a request written on a kept connection to a host that went
+# away stays unacknowledged, and the kernel would retransmit it for many minutes. With this user timeout
+# the kernel gives such a connection up (ETIMEDOUT); the replica has then been silent at least this long.
+# A frozen host's kernel acknowledges what it is sent, so its connections never time out.
+USER_TIMEOUT_SECONDS = 5
 # The default of the ``peer_dead_after_seconds`` setting.
 PEER_DEAD_AFTER_SECONDS = 30.0
 
@@ -152,8 +155,10 @@ class TcpTransport:
         self.silent_since.pop(address, None)
         sock = connection.transport.get_extra_info("socket")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        for option, value in TCP_OPTIONS:
+        for option, value in KEEPALIVE:
             sock.setsockopt(socket.IPPROTO_TCP, option, value)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_SECONDS * 1000)
+        connection.on_timeout = lambda: self.silent_since.setdefault(address, loop.time() - USER_TIMEOUT_SECONDS)
         return connection
 
     def pool_for(self, address: str) -> IdleConnections:
@@ -191,10 +196,6 @@ class TcpTransport:
             return False
         connection.close()
         return False
-
-    def is_silent(self, worker_id: str) -> bool:
-        """Its latest connect got no answer (a host down, cut off or unreachable)."""
-        return worker_id in self.silent_since
 
     def forget(self, owner: str) -> None:
         pool = self.pools.pop(owner, None)

@@ -195,10 +195,6 @@ class UnixTransport:
             pause = min(2 * pause, LAST_PAUSE_SECONDS)
         return True
 
-    def is_silent(self, worker_id: str) -> bool:
-        """Never: a sibling on this host answers, refuses, or is provably dead by its life name."""
-        return False
-
     def forget(self, owner: str) -> None:
         """Close a dead owner's pool (its names went with its process: nothing is left to remove)."""
         pool = self.pools.pop(owner, None)

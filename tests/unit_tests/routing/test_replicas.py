@@ -15,10 +15,9 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -32,7 +31,7 @@ from nemo_gym.config import free_port
 from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY
 from nemo_gym.routing.transport.base import Transport
 from nemo_gym.routing.transport.credentials import AUTH_HEADER, WINDOW_SECONDS, ReplicaCredentials
-from nemo_gym.routing.transport.tcp import TCP_OPTIONS, claim_forward_port
+from nemo_gym.routing.transport.tcp import USER_TIMEOUT_SECONDS, claim_forward_port
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, token_serializer
 from tests.session_cookies import session_of, signed_session
@@ -334,57 +333,33 @@ async def test_a_silent_replica_gets_503_with_retry_after_until_peer_dead_after_
 
 
 @contextlib.contextmanager
-def gone_after_reading() -> Iterator[socket.socket]:
-    """A played replica whose host goes away under a request: it takes one connection, reads the request,
-    then stops answering connections (its accept queue full) and ends that connection unanswered, as
-    ``TCP_USER_TIMEOUT`` ends one under a request to a host that has gone away (it may have read it)."""
+def unacknowledging_listener() -> socket.socket:
+    """A loopback port that takes connections and never reads, its receive buffer tiny: what is sent to it
+    soon stays unacknowledged (a zero window), as to a host that went away under an open connection."""
     listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
     listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    fillers: list[socket.socket] = []
-
-    def play() -> None:
-        connection, _ = listener.accept()
-        connection.recv(65536)
-        # The queue filled before the reset, so that the forwarder's next connect hangs.
-        for _ in range(4):
-            filler = socket.socket()
-            filler.setblocking(False)
-            with contextlib.suppress(BlockingIOError):
-                filler.connect(listener.getsockname())
-            fillers.append(filler)
-        time.sleep(0.2)
-        connection.close()
-
-    player = threading.Thread(target=play, daemon=True)
-    player.start()
+    listener.listen(8)
     try:
         yield listener
     finally:
-        player.join(timeout=10)
-        for filler in fillers:
-            filler.close()
         listener.close()
 
 
-async def test_a_request_whose_replica_goes_away_under_it_gets_503_with_retry_after_not_502():
-    """The connection breaks before the reply, and the replica's host answers no new connection: silence,
-    not death, so the caller gets the silent replica's 503 with Retry-After (was 502)."""
-    async with replica_set(count=1) as ((r1,), caller):
+async def test_a_request_a_replica_stops_acknowledging_gets_503_with_retry_after_and_counts_as_its_silence():
+    """The kernel gives up on the connection (its user timeout), so the request does not wait without end."""
+    async with replica_set(count=1, peer_dead_after_seconds=60) as ((r1,), caller):
         a1 = r1.workers[0]
-        with gone_after_reading() as listener:
-            port = listener.getsockname()[1]
-            named = {SESSION_ID_KEY: "s-gone", OWNER_KEY: "c" * 16, REPLICA_KEY: "127.0.0.1:1", FORWARD_PORT_KEY: port}
-            response = await caller.post(a1, "/increment", {a1.server.session_cookie: signed_session(a1.server.secret, named)})
-            assert response.status == 503, await response.text()
-            assert response.headers["Retry-After"] == "1"
-            assert f"127.0.0.1:{port}" in (await response.json())["detail"]
-
-
-def test_connections_to_replicas_end_when_what_they_sent_stays_unacknowledged():
-    """TCP_USER_TIMEOUT on every connection to a replica: a request sent to a host that has gone away fails
-    within the keep-alive's bound instead of being retransmitted for many minutes."""
-    assert dict(TCP_OPTIONS)[socket.TCP_USER_TIMEOUT] == 1000 * (5 + 3 * 2)
+        with unacknowledging_listener() as listener:
+            address = f"127.0.0.1:{listener.getsockname()[1]}"
+            named = {SESSION_ID_KEY: "s-unacknowledged", OWNER_KEY: "d" * 16, REPLICA_KEY: "127.0.0.1:1", FORWARD_PORT_KEY: listener.getsockname()[1]}
+            cookie = signed_session(a1.server.secret, named)
+            async with asyncio.timeout(60):
+                response = await caller.post(a1, "/increment", {a1.server.session_cookie: cookie}, data=b"x" * (1 << 20))
+                body = await response.json()
+        assert (response.status, response.headers.get("Retry-After")) == (503, "1"), body
+        assert address in body["detail"]
+        assert a1.server.replicas.silent_for(address) >= USER_TIMEOUT_SECONDS
 
 
 async def test_a_replica_that_answers_again_is_alive_again():
