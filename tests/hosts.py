@@ -5,7 +5,9 @@ address on a private /24 (10.231.K.0/24, a K no interface of this machine uses),
 that lives in a namespace of its own, so no traffic touches the machine's own namespace. Every host
 gets a fresh tmpfs on /tmp in a mount namespace of its own, so no Unix socket file crosses hosts (and
 the network namespace keeps abstract socket names apart), and an /etc/hosts naming every host, so a
-client can reach one by name (aiohttp's cookie jar keeps no cookie from an IP address).
+client can reach one by name (aiohttp's cookie jar keeps no cookie from an IP address). What the hosts
+run from is bound into that /tmp where it lives under the machine's /tmp (a checkout, or a virtualenv,
+cloned there): nothing else of the machine's /tmp is seen.
 
 A host's mount namespace is held by a holder process (``sleep infinity``) that stands for the
 machine itself: ``Host.run`` starts a command inside the host's network and mount namespaces, and a
@@ -29,6 +31,7 @@ import os
 import re
 import select
 import signal
+import site
 import subprocess
 import sys
 import time
@@ -50,8 +53,12 @@ HOST_INTERFACE = "eth0"
 COMMAND_TIMEOUT_SECONDS = 10
 HOLDER_READY_SECONDS = 10
 KILL_SECONDS = 10
-# A holder mounts the host's /tmp and /etc/hosts, says it is ready, and then only holds them.
-HOLDER_SCRIPT = """mount -t tmpfs -o mode=1777 tmpfs /tmp && printf '%s' "$1" > /tmp/hosts && mount --bind /tmp/hosts /etc/hosts \
+# A holder mounts the host's /tmp and /etc/hosts (its first argument), binds the paths its other arguments
+# name back into that /tmp from the machine's (through a bind of the machine's /tmp made first, then
+# dropped), says it is ready, and then only holds them.
+HOLDER_SCRIPT = """hosts="$1" && shift && stage=$(mktemp -d /run/nemo-gym-host-tmp.XXXXXX) && mount --bind /tmp "$stage" \
+&& mount -t tmpfs -o mode=1777 tmpfs /tmp && for kept in "$@"; do mkdir -p "$kept" && mount --bind "$stage${kept#/tmp}" "$kept" || exit 1; done \
+&& umount -l "$stage" && rmdir "$stage" && printf '%s' "$hosts" > /tmp/hosts && mount --bind /tmp/hosts /etc/hosts \
 && rm /tmp/hosts && echo ready && exec sleep infinity"""
 TCP_LISTEN = "0A"
 GYM_READY = "All servers are up."
@@ -112,6 +119,15 @@ def descendants(pid: int) -> set[int]:
         found |= new
         todo.extend(new)
     return found
+
+
+def run_from_tmp() -> list[str]:
+    """What processes on a host run from (the checkout, the interpreter and its packages) that lives under
+    the machine's /tmp, which a host's own /tmp would hide: the outermost such directories."""
+    tmp = Path("/tmp")
+    used = [REPO_ROOT, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, *map(Path, site.getsitepackages())]
+    under = sorted({path.resolve() for path in used if path.resolve().is_relative_to(tmp) and path.resolve() != tmp})
+    return [str(path) for path in under if not any(path != other and path.is_relative_to(other) for other in under)]
 
 
 def sweep_stale() -> None:
@@ -283,7 +299,7 @@ class Hosts:
         etc_hosts = "127.0.0.1 localhost\n" + "".join(f"{host.address} {host.name}\n" for host in self.hosts.values())
         for host in self.hosts.values():
             host.holder = subprocess.Popen(
-                ["nsenter", f"--net=/run/netns/{host.netns}", "--", "unshare", "--mount", "--propagation", "private", "sh", "-c", HOLDER_SCRIPT, "sh", etc_hosts],
+                ["nsenter", f"--net=/run/netns/{host.netns}", "--", "unshare", "--mount", "--propagation", "private", "sh", "-c", HOLDER_SCRIPT, "sh", etc_hosts, *run_from_tmp()],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
         for host in self.hosts.values():

@@ -7,13 +7,16 @@ A tiny HTTP server on each of h1, h2, h3 answers every GET with the address the 
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from tests import hosts
 from tests.e2e.hosts.conftest import REPLICA_HOSTS
 from tests.hosts import is_running, run_client, run_json, start_balancer
 
@@ -126,3 +129,20 @@ def test_a_whole_host_kill_leaves_no_process_of_that_host(whoami):
     assert not any(Path(f"/proc/{pid}").exists() and is_running(pid) for pid in before)
     assert tree.poll() is not None
     assert get(whoami["client"], [f"http://h1:{PORT}/"]) == [[whoami["h1"].address]]
+
+
+def test_a_checkout_and_virtualenv_under_the_machines_tmp_are_what_the_hosts_keep_of_it(monkeypatch, tmp_path):
+    """A clone under /tmp with its virtualenv inside (issue 25's new user) runs on the hosts: the outermost
+    directory of what they run from is bound into each host's own /tmp; a checkout elsewhere needs nothing."""
+    if not tmp_path.resolve().is_relative_to("/tmp"):
+        pytest.skip(f"pytest's temporary directory {tmp_path} is not under /tmp")
+    checkout = tmp_path / "clone"
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    monkeypatch.setattr(hosts, "REPO_ROOT", checkout)
+    monkeypatch.setattr(sys, "prefix", str(checkout / ".venv"))
+    monkeypatch.setattr(sys, "executable", str(checkout / ".venv" / "bin" / "python"))
+    assert hosts.run_from_tmp() == [str(checkout.resolve())]
+    monkeypatch.setattr(hosts, "REPO_ROOT", Path("/work/elsewhere"))
+    monkeypatch.setattr(sys, "prefix", sys.base_prefix)
+    monkeypatch.setattr(sys, "executable", os.path.join(sys.base_prefix, "bin", "python3"))
+    assert str(checkout.resolve()) not in hosts.run_from_tmp()
