@@ -8,6 +8,7 @@ A tiny HTTP server on each of h1, h2, h3 answers every GET with the address the 
 from __future__ import annotations
 
 import os
+import site
 import subprocess
 import sys
 import time
@@ -141,6 +142,7 @@ def test_a_checkout_and_virtualenv_under_the_machines_tmp_are_what_the_hosts_kee
     monkeypatch.setattr(hosts, "REPO_ROOT", checkout)
     monkeypatch.setattr(sys, "prefix", str(checkout / ".venv"))
     monkeypatch.setattr(sys, "executable", str(checkout / ".venv" / "bin" / "python"))
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(checkout / ".venv" / "lib" / "python3" / "site-packages")])
     assert hosts.run_from_tmp() == [str(checkout.resolve())]
     monkeypatch.setattr(hosts, "REPO_ROOT", Path("/work/elsewhere"))
     monkeypatch.setattr(sys, "prefix", sys.base_prefix)
