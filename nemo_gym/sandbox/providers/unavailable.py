@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,32 @@ def check_bounds(section: str, config: Any, names: tuple[str, ...], bound: float
         value = getattr(config, name)
         if value is not None and (value <= bound if strict else value < bound):
             raise ValueError(f"{section}.{name} must be {'>' if strict else '>='} {bound:g}")
+
+
+@dataclass(frozen=True)
+class ContainerProbeConfig:
+    """A container provider's readiness probe, with upstream's fields and checks; each provider's own class
+    (``DockerProbeConfig``, ...) gives the command and the output it expects."""
+
+    command: str | None = None
+    expected_stdout: str | None = None
+    timeout_s: int = 30
+    deadline_s: float | None = None
+    stable_count: int = 1
+    stable_delay_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.command is not None:
+            check_bounds("probe", self, ("timeout_s",), 0, strict=True)
+        check_bounds("probe", self, ("deadline_s",), 0, strict=True)
+        check_bounds("probe", self, ("stable_count",), 1, strict=False)
+        check_bounds("probe", self, ("stable_delay_s",), 0, strict=False)
+
+
+def check_exec(config: Any) -> None:
+    """A container provider's exec section, as upstream checks it: a positive timeout (or none), one or more at once."""
+    check_bounds("exec", config, ("default_timeout_s",), 0, strict=True)
+    check_bounds("exec", config, ("concurrency",), 1, strict=False)
 
 
 def unavailable(name: str, missing: str) -> SandboxProviderUnavailable:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nemo_gym.sandbox.providers.unavailable import UnavailableHereProvider, coerce_config, unavailable
+from nemo_gym.sandbox.providers.unavailable import ContainerProbeConfig, check_exec, UnavailableHereProvider, coerce_config, unavailable
 from nemo_gym.sandbox.types import SandboxCreateError, SandboxCreateVerificationError, SandboxHandle, SandboxSpec
 
 DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock"
@@ -64,32 +64,15 @@ class DockerExecConfig:
     exec_shell: str | None = None
 
     def __post_init__(self) -> None:
-        if self.default_timeout_s is not None and self.default_timeout_s <= 0:
-            raise ValueError("exec.default_timeout_s must be > 0")
-        if self.concurrency < 1:
-            raise ValueError("exec.concurrency must be >= 1")
+        check_exec(self)
         if self.exec_shell is not None and not self.exec_shell:
             raise ValueError("exec.exec_shell must be null (auto) or a non-empty shell name or path")
 
 
 @dataclass(frozen=True)
-class DockerProbeConfig:
+class DockerProbeConfig(ContainerProbeConfig):
     command: str | None = READY_PROBE_COMMAND
     expected_stdout: str | None = READY_PROBE_EXPECTED
-    timeout_s: int = 30
-    deadline_s: float | None = None
-    stable_count: int = 1
-    stable_delay_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.command is not None and self.timeout_s <= 0:
-            raise ValueError("probe.timeout_s must be > 0")
-        if self.deadline_s is not None and self.deadline_s <= 0:
-            raise ValueError("probe.deadline_s must be > 0")
-        if self.stable_count < 1:
-            raise ValueError("probe.stable_count must be >= 1")
-        if self.stable_delay_s < 0:
-            raise ValueError("probe.stable_delay_s must be >= 0")
 
 
 def docker_host() -> str:
