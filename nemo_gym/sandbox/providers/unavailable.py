@@ -39,8 +39,8 @@ def check_bounds(section: str, config: Any, names: tuple[str, ...], bound: float
 
 @dataclass(frozen=True)
 class ContainerProbeConfig:
-    """A container provider's readiness probe, with upstream's fields and checks; each provider's own class
-    (``DockerProbeConfig``, ...) gives the command and the output it expects."""
+    """A provider's readiness probe, with upstream's fields and checks; each provider's own class
+    (``DockerProbeConfig``, ``OpenSandboxProbeConfig``, ...) gives the command and the output it expects."""
 
     command: str | None = None
     expected_stdout: str | None = None

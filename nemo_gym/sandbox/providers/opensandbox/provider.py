@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nemo_gym.sandbox.providers.unavailable import UnavailableHereProvider, check_bounds, coerce_config, require_module
+from nemo_gym.sandbox.providers.unavailable import ContainerProbeConfig, UnavailableHereProvider, check_bounds, coerce_config, require_module
 from nemo_gym.sandbox.types import SandboxCreateError, SandboxCreateVerificationError
 
 DEFAULT_ATTRIBUTION_KEY_PREFIX = "nemo-gym.nvidia.com/"
@@ -96,20 +96,9 @@ class OpenSandboxCreateConfig:
 
 
 @dataclass(frozen=True)
-class OpenSandboxProbeConfig:
+class OpenSandboxProbeConfig(ContainerProbeConfig):
     command: str | None = "printf nemo-gym-sandbox-ready"
     expected_stdout: str | None = "nemo-gym-sandbox-ready"
-    timeout_s: int = 30
-    deadline_s: float | None = None
-    stable_count: int = 1
-    stable_delay_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.command is not None:
-            check_bounds("probe", self, ("timeout_s",), 0, strict=True)
-        check_bounds("probe", self, ("deadline_s",), 0, strict=True)
-        check_bounds("probe", self, ("stable_count",), 1, strict=False)
-        check_bounds("probe", self, ("stable_delay_s",), 0, strict=False)
 
 
 @dataclass(frozen=True)
