@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from nemo_gym.sandbox.providers.unavailable import UnavailableHereProvider, check_bounds, coerce_config, require_module
+from nemo_gym.sandbox.providers.unavailable import ContainerProbeConfig, UnavailableHereProvider, check_bounds, coerce_config, require_module
 from nemo_gym.sandbox.types import SandboxCreateError, SandboxCreateVerificationError
 
 READY_PROBE_COMMAND = "printf openshell-sandbox-ready"
@@ -78,20 +78,11 @@ class OpenShellExecConfig:
 
 
 @dataclass(frozen=True)
-class OpenShellProbeConfig:
+class OpenShellProbeConfig(ContainerProbeConfig):
     command: str | None = READY_PROBE_COMMAND
     expected_stdout: str | None = READY_PROBE_EXPECTED
-    timeout_s: int = 30
     deadline_s: float | None = 60
-    stable_count: int = 1
     stable_delay_s: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.command is not None:
-            check_bounds("probe", self, ("timeout_s",), 0, strict=True)
-        check_bounds("probe", self, ("deadline_s",), 0, strict=True)
-        check_bounds("probe", self, ("stable_count",), 1, strict=False)
-        check_bounds("probe", self, ("stable_delay_s",), 0, strict=False)
 
 
 @dataclass(frozen=True)
