@@ -12,7 +12,7 @@ from nemo_gym.durable.store import StoreUnavailable
 from nemo_gym.routing.lost import RETRY_AFTER_SECONDS
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
-from nemo_gym.sessions.token import TOKEN_HEADER_KEY, is_mcp_path, read_token
+from nemo_gym.sessions.token import is_mcp_path, token_session_id
 
 
 def store_unavailable(error: StoreUnavailable) -> JSONResponse:
@@ -40,7 +40,7 @@ class WriteThrough:
     A request's sessions are its cookie's and, on ``/mcp``, its token's (a tool call runs with that
     one). When the reply starts, each is written if its state changed, and committed (with the writes
     of other requests finishing meanwhile), before the caller can see the reply: nothing acknowledged
-    is lost with the worker. A 2xx reply on one of ``end_paths`` ends the cookie's session. A cookie
+    is lost with the worker (a session that ended, ``nemo_gym.lifecycle``, is written as its tombstone). A cookie
     that names another owner for a session this worker holds (it adopted the session from a dead one)
     is stamped with this worker, so the reply's Set-Cookie names it. A session it does not hold is
     taken up from the store first if it was restored there and no worker has it yet.
@@ -50,10 +50,9 @@ class WriteThrough:
     back to their stored state (``DurableSessions``), so nothing unstored is acknowledged.
     """
 
-    def __init__(self, app: ASGIApp, sessions: DurableSessions, end_paths: frozenset[str], tokens: URLSafeSerializer) -> None:
+    def __init__(self, app: ASGIApp, sessions: DurableSessions, tokens: URLSafeSerializer) -> None:
         self.app = app
         self.sessions = sessions
-        self.end_paths = end_paths
         self.tokens = tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -70,8 +69,7 @@ class WriteThrough:
                 return
         if session.get(OWNER_KEY) != self.sessions.owner and self.sessions.holds(session_id):
             session[OWNER_KEY] = self.sessions.owner
-        touched = [session_id, *self.token_session(scope)]
-        ends = scope["path"] in self.end_paths
+        token_session = token_session_id(scope, self.tokens) if is_mcp_path(scope["path"]) else None
 
         refused = False
 
@@ -80,8 +78,8 @@ class WriteThrough:
             if refused:
                 return  # the app's reply, in place of which the 503 went
             if message["type"] == "http.response.start":
-                if ends and 200 <= message["status"] < 300:
-                    self.sessions.end(session_id)
+                # Read again: the lifecycle gives a seed of an ended session a new id.
+                touched = [session[SESSION_ID_KEY]] if token_session is None else [session[SESSION_ID_KEY], token_session]
                 try:
                     await self.sessions.save(touched)
                 except StoreUnavailable as error:
@@ -92,10 +90,3 @@ class WriteThrough:
 
         await self.app(scope, receive, send_after_writing)
 
-    def token_session(self, scope: Scope) -> list[str]:
-        """The session of the request's token (the first header, as the MCP endpoint reads it), on ``/mcp``."""
-        if not is_mcp_path(scope["path"]):
-            return []
-        token = next((value for name, value in scope["headers"] if name == TOKEN_HEADER_KEY), None)
-        payload = None if token is None else read_token(self.tokens, token.decode("latin-1"))
-        return [] if payload is None else [payload[SESSION_ID_KEY]]
