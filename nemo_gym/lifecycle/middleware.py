@@ -5,11 +5,12 @@ held by the time it looks), outside the app. For a request on a path of ``free_p
 metrics, the close itself) it does nothing. Otherwise the request's session (its cookie's; on ``/mcp``
 its token's) is, in this order:
 
-- ended, and remembered (a tombstone): 410 with why; on a start path (``/seed_session``) the request
+- ended, and remembered (a tombstone) and not held: 410 with why; on a start path (``/seed_session``) the request
   starts a new session under a new id instead (its reply's cookie names it), so a client that keeps its
   cookie jar across rollouts goes on working;
 - live: served, and counted as used at its start and its end;
-- held in the store by this worker (just adopted): live from now, as it was;
+- held in the store by this worker (just adopted, or taken up after ``gym sessions restore`` brought
+  it back, even from its end): live from now;
 - new (no session before, or one this worker does not know: never started here, or ended so long ago
   that its tombstone is forgotten, ``registry``): started if no cap is reached, else 503 with Retry-After
   naming the cap, before the app sees it.
@@ -93,12 +94,12 @@ class Lifecycle:
         """None if the request may be served (its session live, or made live now), else the reply it gets instead."""
         if self.registry.is_live(session_id):
             return None
+        if self.durable is not None and self.durable.holds(session_id):
+            self.lifecycle.keep(session_id)  # adopted, or taken up from the store (restored: back from its end)
+            return None
         detail = self.registry.ended(session_id)
         if detail is not None:
             return ended_session(detail)
-        if self.durable is not None and self.durable.holds(session_id):
-            self.lifecycle.keep(session_id)
-            return None
         cap = self.lifecycle.admit(session_id)
         return None if cap is None else over_cap(cap.limit, cap.detail)
 

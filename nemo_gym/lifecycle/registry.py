@@ -48,6 +48,8 @@ class SessionRegistry:
         return session_id in self.last_used
 
     def start(self, session_id: str, last_used: float | None = None) -> None:
+        """The session is live (again, after a restore brought it back: its tombstone goes)."""
+        self.tombstones.pop(session_id, None)
         self.last_used[session_id] = time.time() if last_used is None else last_used
 
     def enter(self, session_id: str) -> None:
