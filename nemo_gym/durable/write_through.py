@@ -78,8 +78,9 @@ class WriteThrough:
             if refused:
                 return  # the app's reply, in place of which the 503 went
             if message["type"] == "http.response.start":
-                # Read again: the lifecycle gives a seed of an ended session a new id.
-                touched = [session[SESSION_ID_KEY]] if token_session is None else [session[SESSION_ID_KEY], token_session]
+                # Read again: the lifecycle gives a seed of an ended session a new id (the MCP endpoint clears a new session).
+                current = session.get(SESSION_ID_KEY, session_id)
+                touched = [current] if token_session is None else [current, token_session]
                 try:
                     await self.sessions.save(touched)
                 except StoreUnavailable as error:
