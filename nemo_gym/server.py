@@ -314,7 +314,7 @@ class SimpleServer(BaseModel):
         if self.route_sessions:
             is_alive = self._transport.is_alive if self._worker_id is not None else (lambda worker: True)
             count = LiveCount(socket_dir if self._worker_id is not None else None, self._worker_id, is_alive)
-            lifecycle = self._lifecycle = SessionLifecycle(self.on_session_end, timeout, count, self.session_caps(), durable, self._worker_id)
+            lifecycle = self._lifecycle = SessionLifecycle(self.on_session_end, timeout, count, self.session_caps(), durable, self._worker_id, is_alive)
             ends = (self.session_free_paths, self.session_start_paths, self.session_end_paths)
             inner.insert(0, Middleware(Lifecycle, lifecycle=lifecycle, free_paths=ends[0], start_paths=ends[1], end_paths=ends[2], tokens=tokens, durable=durable))
         if durable is not None:

@@ -10,6 +10,12 @@ The sweeper runs in each worker, every quarter of ``session_idle_timeout_seconds
 live session with no request for that long, and none being served, ends as idle. The clock is the owner's,
 and the owner sees every request of its sessions (the router forwards them all to it); with the timeout
 off (0 or null), a session ends as expired after the cookie's max age without a request.
+
+A durable session whose owner died and that no request has reached since sits in the store with no live
+worker to time it: once per timeout each worker looks for such rows whose last write (their last use,
+``DurableSessions``) is older than the timeout, adopts each (one compare-and-set: of the workers racing,
+one wins) and ends it as idle, so its hook runs (swe_rebench's re-attached sandbox goes). A row restored
+by ``gym sessions restore`` (no owner) waits for its first request instead.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.store import StoreUnavailable
 from nemo_gym.lifecycle.cap import Cap, LiveCount
 from nemo_gym.lifecycle.registry import EndReason, SessionRegistry
+from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.lifecycle.replies import end_detail
+from nemo_gym.routing.worker import is_worker_id
 from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS
 
 logger = logging.getLogger(__name__)
@@ -45,9 +53,13 @@ class SessionLifecycle:
         caps: list[Cap],
         durable: DurableSessions | None = None,
         worker_id: str | None = None,
+        is_alive: Callable[[str], bool] = lambda worker: True,
     ) -> None:
-        """``idle_timeout``: seconds without a request that end a session (None or 0: never; the cookie's max age then)."""
+        """``idle_timeout``: seconds without a request that end a session (None or 0: never; the cookie's max age then).
+        ``is_alive``: the transport's, for the orphaned rows of dead owners."""
         self.hook = hook
+        self.is_alive = is_alive
+        self.orphans_looked_at = time.monotonic()
         self.idle_timeout = idle_timeout or None
         self.count = count
         self.caps = caps
@@ -110,6 +122,26 @@ class SessionLifecycle:
         reason = EndReason.IDLE if self.idle_timeout else EndReason.EXPIRED
         for session_id in self.registry.idle(time.time() - limit):
             await self.end(session_id, reason, write=True)
+        if self.durable is not None and time.monotonic() - self.orphans_looked_at >= limit:
+            self.orphans_looked_at = time.monotonic()
+            await self.sweep_orphans(limit, reason)
+
+    async def sweep_orphans(self, limit: float, reason: EndReason) -> None:
+        """End the stored sessions of dead owners last used more than ``limit`` seconds ago, adopting each first."""
+        used_before = time.time() - limit
+        for row in self.durable.store.export():
+            dead = is_worker_id(row.owner) and row.owner != self.worker_id and not self.is_alive(row.owner)
+            if not dead or row.expires_at - SESSION_MAX_AGE_SECONDS >= used_before or ended_detail(row.state) is not None:
+                continue
+            try:
+                adopted = await self.durable.adopt(row)
+            except (StoreUnavailable, ValueError) as error:
+                logger.warning("the idle session %s of dead worker %s could not be taken over to end it: %s", row.session_id, row.owner, error)
+                continue
+            if adopted:
+                self.keep(row.session_id)
+                self.registry.last_used[row.session_id] = row.expires_at - SESSION_MAX_AGE_SECONDS
+                await self.end(row.session_id, reason, write=True)
 
     async def sweep_forever(self) -> None:
         while True:
