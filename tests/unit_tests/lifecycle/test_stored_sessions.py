@@ -1,8 +1,10 @@
-"""A dead owner's stored session that no request reaches is ended as idle by a live worker once its last use is
-older than the timeout (adopted first, so its hook runs once); fresh rows, live owners' and restored ones are left."""
+"""The lifecycle and the store: a dead owner's stored session that no request reaches is ended as idle by a live worker
+once its last use is older than the timeout (adopted first, so its hook runs once); a session the store holds for another
+worker ends here as a conflict, its row left to that worker."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -43,3 +45,27 @@ async def test_only_a_dead_owners_row_idle_past_the_timeout_is_ended_once_throug
     lifecycle.orphans_looked_at = 0.0
     await lifecycle.sweep()
     assert len(ends) == 1
+
+
+async def test_a_session_the_store_holds_for_another_worker_ends_here_as_a_conflict_and_its_row_is_left(store):
+    ends: list[tuple[str, EndReason]] = []
+
+    async def hook(session_id: str, reason: EndReason) -> None:
+        ends.append((session_id, reason))
+
+    counters = SessionStates(int)
+    durable = DurableSessions(store, counters, ME)
+    lifecycle = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [], durable, ME)
+    assert lifecycle.admit("s") is None
+    counters["s"] = 1
+    await durable.save(["s"])
+    assert await store.claim(await store.read("s"), LIVE)  # another worker took it over
+    counters["s"] = 2
+    with pytest.raises(Exception, match="belongs to another worker"):
+        await durable.save(["s"])
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert ends == [("s", EndReason.CONFLICT)]
+    assert "s" not in counters and not lifecycle.registry.is_live("s")
+    stored = await store.read("s")
+    assert (stored.owner, stored.state) == (LIVE, "1")
