@@ -304,19 +304,17 @@ class SimpleServer(BaseModel):
             self._transport = transport_class()(socket_dir)
         app = self.setup_webserver()
         states = self.session_states() if self._worker_id is not None and self.config.durable_sessions else None
-        timeout = self.config.session_idle_timeout_seconds or None
-        refresh = (timeout or SESSION_MAX_AGE_SECONDS) / 4
+        # A durable row is rewritten as a use at most every quarter of the idle timeout (README "Session lifecycle").
+        refresh = (self.config.session_idle_timeout_seconds or SESSION_MAX_AGE_SECONDS) / 4
         durable = None if states is None else DurableSessions(open_store(self.config.session_store, self.name), states, self._worker_id, refresh)
         self._durable = durable
         # Inside the sessions: the durable write-through, the lifecycle, then the errors answered as JSON.
         inner = [Middleware(ServerErrorsAsJson)]
         tokens = token_serializer(self.secret)
         if self.route_sessions:
-            is_alive = self._transport.is_alive if self._worker_id is not None else (lambda worker: True)
-            count = LiveCount(socket_dir if self._worker_id is not None else None, self._worker_id, is_alive)
-            lifecycle = self._lifecycle = SessionLifecycle(self.on_session_end, timeout, count, self.session_caps(), durable, self._worker_id, is_alive)
-            ends = (self.session_free_paths, self.session_start_paths, self.session_end_paths)
-            inner.insert(0, Middleware(Lifecycle, lifecycle=lifecycle, free_paths=ends[0], start_paths=ends[1], end_paths=ends[2], tokens=tokens, durable=durable))
+            lifecycle = self._lifecycle = self.session_lifecycle(socket_dir, durable)
+            paths = {"free_paths": self.session_free_paths, "start_paths": self.session_start_paths, "end_paths": self.session_end_paths}
+            inner.insert(0, Middleware(Lifecycle, lifecycle=lifecycle, tokens=tokens, durable=durable, **paths))
         if durable is not None:
             inner.insert(0, Middleware(WriteThrough, sessions=durable, tokens=tokens))
         sessions = [layer for layer in app.user_middleware if layer.cls in SESSION_LAYER]
@@ -329,6 +327,14 @@ class SimpleServer(BaseModel):
         replicas = None if self._replicas is None else Forwarder(self._replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS)
         router = self._router = SessionRouter(local, self._worker_id, owners, self._forwarder, self._placement, lost, self._replica, replicas)
         return BodyLimit(router, self.config.max_body_bytes)
+
+    def session_lifecycle(self, socket_dir: str | None, durable: DurableSessions | None) -> SessionLifecycle:
+        """The ends, idleness and caps of this worker's sessions; the live count is shared through ``socket_dir`` when routed."""
+        routed = self._worker_id is not None
+        is_alive = self._transport.is_alive if routed else (lambda worker: True)
+        count = LiveCount(socket_dir if routed else None, self._worker_id, is_alive)
+        timeout = self.config.session_idle_timeout_seconds or None
+        return SessionLifecycle(self.on_session_end, timeout, count, self.session_caps(), durable, self._worker_id, is_alive)
 
     def replica_transport(self, port: int) -> TcpTransport:
         """The transport to the other replicas, of a replica whose forwarding port is ``port``."""
