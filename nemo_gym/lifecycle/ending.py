@@ -28,9 +28,9 @@ from collections.abc import Awaitable, Callable
 
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.store import StoreUnavailable
+from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.lifecycle.cap import Cap, LiveCount
 from nemo_gym.lifecycle.registry import EndReason, SessionRegistry
-from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.lifecycle.replies import end_detail
 from nemo_gym.routing.worker import is_worker_id
 from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS
@@ -90,26 +90,33 @@ class SessionLifecycle:
         self.count.add(1)
         self.registry.start(session_id)
 
-    async def end(self, session_id: str, reason: EndReason, *, write: bool = False) -> bool:
-        """End the session if it is live (True), through the hook; ``write``: commit its tombstone now, not with a reply."""
+    async def end(self, session_id: str, reason: EndReason) -> bool:
+        """End the session if it is live (True): the hook, then its durable state dropped and its tombstone committed.
+        Shielded: a request cancelled meanwhile (its caller gone) leaves the end to finish."""
         now = time.time()
         idle_for = now - self.registry.last_used.get(session_id, now)
         detail = end_detail(session_id, reason, idle_for, self.idle_timeout, self.worker_id)
         if not self.registry.end(session_id, detail):
             return False
         self.count.add(-1)
+        await asyncio.shield(asyncio.ensure_future(self.finish(session_id, reason, detail)))
+        return True
+
+    async def finish(self, session_id: str, reason: EndReason, detail: str) -> None:
         try:
             await self.hook(session_id, reason)
         except Exception:
             logger.exception("on_session_end(%r, %r) raised; the session is ended all the same", session_id, str(reason))
-        if self.durable is not None:
-            self.durable.end(session_id, None if reason is EndReason.CONFLICT else detail)
-            if write and reason is not EndReason.CONFLICT:
-                try:
-                    await self.durable.save([session_id])
-                except StoreUnavailable as error:
-                    logger.error("session %s ended (%s) but its row could not be written: %s", session_id, reason, error)
-        return True
+        if self.durable is None:
+            return
+        if reason is EndReason.CONFLICT:
+            self.durable.end(session_id)  # the row is the other worker's
+            return
+        self.durable.end(session_id, detail)
+        try:
+            await self.durable.save([session_id])
+        except Exception as error:  # the tombstone waits for the session's next save
+            logger.error("session %s ended (%s) but its tombstone could not be written: %r", session_id, reason, error)
 
     def taken(self, session_id: str) -> None:
         """A commit found the session owned by another worker in the store: this worker's copy ends."""
@@ -121,7 +128,7 @@ class SessionLifecycle:
         limit = self.idle_timeout or SESSION_MAX_AGE_SECONDS
         reason = EndReason.IDLE if self.idle_timeout else EndReason.EXPIRED
         for session_id in self.registry.idle(time.time() - limit):
-            await self.end(session_id, reason, write=True)
+            await self.end(session_id, reason)
         if self.durable is not None and time.monotonic() - self.orphans_looked_at >= limit:
             self.orphans_looked_at = time.monotonic()
             await self.sweep_orphans(limit, reason)
@@ -141,7 +148,7 @@ class SessionLifecycle:
             if adopted:
                 self.keep(row.session_id)
                 self.registry.last_used[row.session_id] = row.expires_at - SESSION_MAX_AGE_SECONDS
-                await self.end(row.session_id, reason, write=True)
+                await self.end(row.session_id, reason)
 
     async def sweep_forever(self) -> None:
         while True:
