@@ -99,6 +99,7 @@ class SimpleResourcesServer(AggregateMetricsMixin, SimpleServer):
     config: BaseResourcesServerConfig
     route_sessions: ClassVar[bool] = True
     session_end_paths: ClassVar[frozenset[str]] = frozenset({"/verify"})
+    session_start_paths: ClassVar[frozenset[str]] = frozenset({"/seed_session"})
 
     # The /mcp endpoint, when the config exposes the tools over MCP.
     _mcp_endpoint: McpToolEndpoint | None = PrivateAttr(None)

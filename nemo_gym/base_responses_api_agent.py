@@ -25,6 +25,7 @@ from nemo_gym.rollout_correlation import maybe_rollout_id_from_run_body, rollout
 from nemo_gym.response_stream import answer
 from nemo_gym.server import SimpleServer
 from nemo_gym.server_utils import apply_rollout_prefix, get_first_server_config_dict, get_response_json, rollout_path_prefix
+from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY, session_cookie_name
 
 __all__ = ["BaseResponsesAPIAgentConfig", "BaseRunRequest", "Body", "SimpleResponsesAPIAgent"]
 
@@ -37,6 +38,7 @@ class BaseResponsesAPIAgentConfig(BaseRunServerInstanceConfig):
 class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
     config: BaseResponsesAPIAgentConfig
     route_sessions: ClassVar[bool] = True
+    session_start_paths: ClassVar[frozenset[str]] = frozenset({"/run"})
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -87,6 +89,27 @@ class SimpleResponsesAPIAgent(AggregateMetricsMixin, SimpleServer):
 
     async def run(self, request: Request, response: HTTPResponse, body: BaseRunRequest) -> dict[str, Any]:
         raise NotImplementedError
+
+    async def close_session(self, request: Request) -> dict[str, Any]:
+        """Close the agent's session and, with it, the session of each resources server whose cookie the request
+        carries (the rollout's environment: its sandbox goes now, not after idling). Idempotent, as each close is.
+        ``resources_servers`` gives each one's status ("closed", "already closed", or the status code of a failure)."""
+        closed: dict[str, Any] = {}
+        for name in self.resources_servers_in(request.cookies):
+            cookie = session_cookie_name(name)
+            reply = await self.server_client.post(name, "/close_session", cookies={cookie: request.cookies[cookie]})
+            closed[name] = (await get_response_json(reply)).get("status") if reply.ok else reply.status
+        if NEW_SESSION_SCOPE_KEY in request.scope and closed:
+            return {"status": "no agent session", "resources_servers": closed}
+        return {**await super().close_session(request), "resources_servers": closed}
+
+    def resources_servers_in(self, cookies: Mapping[str, str]) -> list[str]:
+        """The resources servers of the running config whose session cookie is among ``cookies``."""
+        return [
+            name
+            for name, instance in self.instances.items()
+            if instance.server_type == "resources_servers" and session_cookie_name(name) in cookies
+        ]
 
     async def aggregate_metrics(self, body: AggregateMetricsRequest) -> AggregateMetrics:
         if self.config.skip_verification:

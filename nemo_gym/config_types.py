@@ -109,6 +109,13 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     place_sessions: bool = False
     # Off switch for durable sessions (on for routed servers whose class declares ``session_states``).
     durable_sessions: bool = True
+    # Session lifecycle (README "Session lifecycle"): a session with no request for this long ends (its state,
+    # its durable row and its resources go, through on_session_end); 0 or null: never idle (it then ends after
+    # the cookie's max age, 14 days, without a request).
+    session_idle_timeout_seconds: float | None = Field(default=3600.0, ge=0, allow_inf_nan=False)
+    # At most this many live sessions on the instance's workers of one host (null: no cap); a new session
+    # over it gets 503 with Retry-After, before anything of it is allocated.
+    max_sessions: int | None = Field(default=None, gt=0)
     # Where durable sessions are stored: a file path (SQLite), or unset: the instance's SQLite file under
     # the state directory (nemo_gym/durable/store.py, README "Durable sessions").
     session_store: str | None = None

@@ -12,13 +12,14 @@ import warnings
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp
 
+from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.adoption import Adopter
@@ -29,6 +30,10 @@ from nemo_gym.durable.store import open_store
 from nemo_gym.durable.write_through import WriteThrough
 from nemo_gym.env import FORWARD_PORT_ENV, INSTANCE_ENV, SERVER_PROCESS_MODULE, SOCKET_DIR_ENV, WORKER_ENV
 from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
+from nemo_gym.lifecycle.cap import Cap, LiveCount
+from nemo_gym.lifecycle.ending import SessionLifecycle
+from nemo_gym.lifecycle.middleware import Lifecycle
+from nemo_gym.lifecycle.registry import EndReason
 from nemo_gym.middleware.body_limit import BodyLimit
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.middleware.errors import ServerErrorsAsJson, server_error
@@ -45,7 +50,7 @@ from nemo_gym.routing.transport.credentials import WINDOW_SECONDS, ReplicaCreden
 from nemo_gym.routing.transport.tcp import TcpTransport, tls_contexts
 from nemo_gym.routing.worker import new_worker_id
 from nemo_gym.server_utils import ServerClient
-from nemo_gym.sessions.cookie import SessionCookie, SessionIdMiddleware, session_cookie_name
+from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY, SESSION_MAX_AGE_SECONDS, SessionCookie, SessionIdMiddleware, session_cookie_name
 from nemo_gym.sessions.secret import session_secret
 from nemo_gym.sessions.token import token_serializer
 
@@ -75,8 +80,14 @@ class SimpleServer(BaseModel):
     config_class: ClassVar[type[BaseRunServerInstanceConfig]] = BaseRunServerInstanceConfig
     # Servers that keep per-session state route each session to its owner worker.
     route_sessions: ClassVar[bool] = False
-    # Where a session ends: a 2xx reply to a request for one of these paths deletes its durable state.
+    # Where a session ends: a 2xx reply to a request for one of these paths ends it (``on_session_end``, reason "verify").
     session_end_paths: ClassVar[frozenset[str]] = frozenset()
+    # Where a session starts: a request here for an ended session starts a new one (a new id) instead of a 410.
+    session_start_paths: ClassVar[frozenset[str]] = frozenset()
+    # Requests that neither start nor use a session (liveness, metrics, documentation, the close itself).
+    session_free_paths: ClassVar[frozenset[str]] = frozenset(
+        {"/", "/metrics", "/close_session", "/aggregate_metrics", "/reverify_mode", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+    )
 
     # This worker's ID, stamped into the sessions it creates; None when nothing is routed.
     _worker_id: str | None = PrivateAttr(None)
@@ -85,6 +96,8 @@ class SimpleServer(BaseModel):
     _forwarder: Forwarder | None = PrivateAttr(None)
     _placement: Placement | None = PrivateAttr(None)
     _durable: DurableSessions | None = PrivateAttr(None)
+    # The sessions' lifecycle (ends, idleness, caps), on servers that keep sessions, once the app is built.
+    _lifecycle: SessionLifecycle | None = PrivateAttr(None)
     # In a replica set: this replica's address, the transport to the other replicas, and the router.
     _replica: str | None = PrivateAttr(None)
     _replicas: TcpTransport | None = PrivateAttr(None)
@@ -179,6 +192,39 @@ class SimpleServer(BaseModel):
         """This worker's durable sessions (its side of the store), once the app is built; None when they are off."""
         return self._durable
 
+    @property
+    def lifecycle(self) -> SessionLifecycle | None:
+        return self._lifecycle
+
+    async def on_session_end(self, session_id: str, reason: EndReason) -> None:
+        """Called once when a session ends, however it ends (``reason``: "verify", "close", "idle", "expired",
+        "conflict"), on the worker that held it, before its durable state and row go. Override it to release
+        what the session holds (a sandbox, a browser, a connection) and to drop state the server keeps in
+        plain dicts. "conflict": the store holds the session for another worker now, which uses its resources:
+        drop this worker's copy only. An error raised here is logged; the session is ended all the same."""
+
+    def session_caps(self) -> list[Cap]:
+        """The caps on the instance's live sessions; a new session over one is refused with 503 (``max_sessions``)."""
+        limit = self.config.max_sessions
+        return [] if limit is None else [Cap(limit, f"max_sessions ({limit})")]
+
+    async def close_session(self, request: Request) -> dict[str, str]:
+        """End the request's session now, through ``on_session_end`` (reason "close"). Idempotent: a session
+        that has ended already (closed, verified, idle) answers 200 with status "already closed"."""
+        if NEW_SESSION_SCOPE_KEY in request.scope:
+            raise HTTPException(400, "This request names no session (no session cookie, or one that does not verify): nothing to close.")
+        session_id = request.session[SESSION_ID_KEY]
+        lifecycle = self._lifecycle
+        if lifecycle is None:  # an app served without build_app: no record of ends to keep it idempotent
+            await self.on_session_end(session_id, EndReason.CLOSE)
+            return {"session_id": session_id, "status": "closed"}
+        if not lifecycle.registry.is_live(session_id) and self._durable is not None and self._durable.holds(session_id):
+            lifecycle.keep(session_id)  # adopted with this very request
+        if await lifecycle.end(session_id, EndReason.CLOSE):
+            return {"session_id": session_id, "status": "closed"}
+        detail = lifecycle.registry.ended(session_id) or "it is not live: it ended earlier, or never started"
+        return {"session_id": session_id, "status": "already closed", "detail": detail}
+
     @functools.cached_property
     def secret(self) -> str:
         if not self.name and self.config.session_secret is None:
@@ -209,6 +255,8 @@ class SimpleServer(BaseModel):
         app = FastAPI(title=self.name or type(self).__name__, lifespan=self.lifespan)
         app.router.route_class = StrictJSONRoute
         app.get("/")(self.liveness)
+        if self.route_sessions:
+            app.post("/close_session")(self.close_session)
         app.add_exception_handler(Exception, self.unhandled_error)
         self.setup_session_middleware(app)
         return app
@@ -257,16 +305,24 @@ class SimpleServer(BaseModel):
             self._transport = transport_class()(socket_dir)
         app = self.setup_webserver()
         states = self.session_states() if self._worker_id is not None and self.config.durable_sessions else None
-        durable = self._durable = None if states is None else DurableSessions(open_store(self.config.session_store, self.name), states, self._worker_id)
+        # A durable row is rewritten as a use at most every quarter of the idle timeout (README "Session lifecycle").
+        refresh = (self.config.session_idle_timeout_seconds or SESSION_MAX_AGE_SECONDS) / 4
+        durable = None if states is None else DurableSessions(open_store(self.config.session_store, self.name), states, self._worker_id, refresh)
+        self._durable = durable
         if durable is not None and isinstance(durable.store, LeaseStore):
             keys = self.replica_keys or {}
             durable.lease = OwnerLease(durable.store, self._worker_id, liveness_domain(socket_dir), keys, self.config.owner_lease_seconds, durable.lapse)
             self._forwarder.owner_expired = durable.owner_expired
             self._forwarder.expiry_check_seconds = durable.lease.seconds / RENEWALS_PER_LEASE
-        # Inside the sessions: the durable write-through, then the errors answered as JSON.
+        # Inside the sessions: the durable write-through, the lifecycle, then the errors answered as JSON.
         inner = [Middleware(ServerErrorsAsJson)]
+        tokens = token_serializer(self.secret)
+        if self.route_sessions:
+            lifecycle = self._lifecycle = self.session_lifecycle(socket_dir, durable)
+            paths = {"free_paths": self.session_free_paths, "start_paths": self.session_start_paths, "end_paths": self.session_end_paths}
+            inner.insert(0, Middleware(Lifecycle, lifecycle=lifecycle, tokens=tokens, durable=durable, **paths))
         if durable is not None:
-            inner.insert(0, Middleware(WriteThrough, sessions=durable, end_paths=self.session_end_paths, tokens=token_serializer(self.secret)))
+            inner.insert(0, Middleware(WriteThrough, sessions=durable, tokens=tokens))
         sessions = [layer for layer in app.user_middleware if layer.cls in SESSION_LAYER]
         app.user_middleware = [*sessions, *inner, *(layer for layer in app.user_middleware if layer.cls not in SESSION_LAYER)]
         local = CancelOnDisconnect(app)
@@ -279,6 +335,14 @@ class SimpleServer(BaseModel):
             replicas.owner_expired, replicas.expiry_check_seconds = self._forwarder.owner_expired, self._forwarder.expiry_check_seconds
         router = self._router = SessionRouter(local, self._worker_id, owners, self._forwarder, self._placement, lost, self._replica, replicas)
         return BodyLimit(router, self.config.max_body_bytes)
+
+    def session_lifecycle(self, socket_dir: str | None, durable: DurableSessions | None) -> SessionLifecycle:
+        """The ends, idleness and caps of this worker's sessions; the live count is shared through ``socket_dir`` when routed."""
+        routed = self._worker_id is not None
+        is_alive = self._transport.is_alive if routed else (lambda worker: True)
+        count = LiveCount(socket_dir if routed else None, self._worker_id, is_alive)
+        timeout = self.config.session_idle_timeout_seconds or None
+        return SessionLifecycle(self.on_session_end, timeout, count, self.session_caps(), durable, self._worker_id, is_alive)
 
     def replica_transport(self, port: int) -> TcpTransport:
         """The transport to the other replicas, of a replica whose forwarding port is ``port``."""
@@ -299,6 +363,9 @@ class SimpleServer(BaseModel):
         gc.freeze()
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(self.server_client.close)
+            if self._lifecycle is not None:
+                self._lifecycle.open()
+                stack.push_async_callback(self._lifecycle.close)
             if self._transport is None:
                 yield
                 return

@@ -8,7 +8,9 @@ from typing import Any
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.store import StoredSession, StoreUnavailable
+from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.durable.write_through import not_taken_up
+from nemo_gym.lifecycle.replies import ended_session
 from nemo_gym.routing.lost import Decision, ForwardTo, Reply, ServeHere, lost_session, retry_later
 from nemo_gym.routing.worker import is_worker_id
 
@@ -21,7 +23,8 @@ class Adopter:
     an MCP token, which still names the dead owner): forward it there. A dead worker, or none (a row
     ``gym sessions restore`` left): this worker claims the row (a compare-and-set on owner and revision;
     of several racing, one wins, and the others find the winner on their next read), restores the
-    state, and the request is served here. ``is_alive`` is the transport's.
+    state, and the request is served here. A tombstone (the session ended): 410 saying why. ``is_alive``
+    is the transport's.
 
     With owner leases (a store shared across hosts, ``durable.lease``), the kernel's word counts only for
     an owner of this worker's liveness domain (as above); an owner elsewhere is dead once its lease has
@@ -37,6 +40,8 @@ class Adopter:
         session_id = session_id_of(session)
         try:
             while (stored := await self.stored(session_id)) is not None and stored.owner != self.sessions.owner:
+                if (detail := ended_detail(stored.state)) is not None:
+                    return Reply(ended_session(detail))
                 holder = None if self.sessions.lease is None or stored.owner is None else await self.sessions.holder(stored.owner)
                 # Where the kernel's word counts: no leases (one host), or an owner of this worker's domain.
                 local = self.sessions.lease is None or stored.owner is None or (holder is not None and holder.domain == self.sessions.lease.domain)
@@ -61,6 +66,8 @@ class Adopter:
             return Reply(not_taken_up(error, f"Session of dead worker {owner}"))
         if stored is None:
             return Reply(lost_session(owner))
+        if (detail := ended_detail(stored.state)) is not None:
+            return Reply(ended_session(detail))
         return Reply(
             retry_later(
                 f"Worker {owner}, which owned this session, died while handling this request. The session's "

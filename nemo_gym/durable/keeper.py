@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 from nemo_gym.durable.lease import LeaseHolder, LeaseStore, OwnerLease
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import SessionStore, SessionTaken, StoredSession, StoreUnavailable
+from nemo_gym.durable.tombstones import ended_detail, tombstone
 
 
 class DurableSessions:
@@ -25,16 +28,28 @@ class DurableSessions:
     With a store shared across hosts, ``lease`` is the worker's owner lease (``durable.lease``). When it
     lapses, ``epoch`` goes up and every session held is dropped from memory; a group gathered in an
     earlier epoch is refused unwritten (its sessions count as taken).
+
+    A row's write time is its session's last use (its ``expires_at`` is that plus the cookie's max age): a
+    request that changes nothing writes the same state again once ``refresh_seconds`` have passed since
+    the last write (None: never), so a worker that adopts the session, or sweeps a dead worker's, sees
+    when it was last used to within that. An ended session's row becomes a tombstone (``tombstones``),
+    and ``on_taken`` is told of each session another worker turned out to own at a commit.
     """
 
-    def __init__(self, store: SessionStore, states: DurableState, owner: str | None) -> None:
+    def __init__(self, store: SessionStore, states: DurableState, owner: str | None, refresh_seconds: float | None = None) -> None:
         self.store = store
         self.states = states
         self.owner = owner
         self.lease: OwnerLease | None = None
         self.epoch = 0
         self.gathered_epoch = 0
+        self.refresh_seconds = refresh_seconds
+        self.on_taken: Callable[[str], None] | None = None
         self.written: dict[str, str] = {}
+        # When each held row was last written (time.monotonic()).
+        self.written_at: dict[str, float] = {}
+        # The tombstones of sessions ended here and not yet committed.
+        self.ending: dict[str, str] = {}
         self.pending: dict[str, tuple[str | None, asyncio.Future[set[str]]]] = {}
         self.gathering: dict[str, str | None] = {}
         self.gathered: asyncio.Future[set[str]] | None = None
@@ -51,16 +66,22 @@ class DurableSessions:
         sessions are then as the store holds them)."""
         waits = set()
         for session_id in session_ids:
-            state = self.states.export(session_id)
+            state = self.ending.get(session_id) or self.states.export(session_id)
             pending = self.pending.get(session_id)
             if pending is not None and pending[0] == state:
                 waits.add(pending[1])
-            elif pending is not None or state != self.written.get(session_id):
+            elif pending is not None or state != self.written.get(session_id) or self.stale(session_id, state):
                 waits.add(self.gather(session_id, state))
         for group in waits:
             taken = await asyncio.shield(group)
             if taken & set(session_ids):
                 raise SessionTaken(f"a session of {sorted(session_ids)} belongs to another worker in the store {self.store.location}")
+
+    def stale(self, session_id: str, state: str | None) -> bool:
+        """A held row whose last write is older than ``refresh_seconds``: it is written again, as a use."""
+        if state is None or self.refresh_seconds is None:
+            return False
+        return time.monotonic() - self.written_at.get(session_id, 0.0) >= self.refresh_seconds
 
     def gather(self, session_id: str, state: str | None) -> asyncio.Future[set[str]]:
         if self.gathered is None:
@@ -86,13 +107,21 @@ class DurableSessions:
                     outcome.set_exception(error)
                     continue
                 outcome.set_result(taken)
+                written_at = time.monotonic()
                 for session_id, state in group.items():
                     if self.pending.get(session_id, (None, None))[1] is outcome:
                         del self.pending[session_id]
-                    if state is None or session_id in taken:
+                    if state is not None and self.ending.get(session_id) == state:
+                        del self.ending[session_id]
+                    # A tombstone is the store's, no longer this worker's to hold.
+                    if state is None or session_id in taken or ended_detail(state) is not None:
                         self.written.pop(session_id, None)
+                        self.written_at.pop(session_id, None)
                     else:
                         self.written[session_id] = state
+                        self.written_at[session_id] = written_at
+                    if session_id in taken and self.on_taken is not None:
+                        self.on_taken(session_id)
         finally:
             self.committer = None
 
@@ -102,20 +131,29 @@ class DurableSessions:
             if self.pending.get(session_id, (None, None))[1] is not outcome:
                 continue
             del self.pending[session_id]
+            if session_id in self.ending and self.ending[session_id] == group[session_id]:
+                continue  # an end's tombstone: the state is gone already, the tombstone is written with the next save
             stored = self.written.get(session_id)
             if stored is None:
                 self.states.end(session_id)
             else:
                 self.states.restore(session_id, stored)
 
-    def end(self, session_id: str) -> None:
-        """The session is over: its state goes from memory, and from the store with the request's ``save``."""
+    def end(self, session_id: str, detail: str | None = None) -> None:
+        """The session is over: its state goes from memory, and from the store with the next ``save`` of it, which
+        leaves a tombstone with ``detail`` in its row (None: only this worker's copy goes; the row is left)."""
         self.states.end(session_id)
+        if detail is None:
+            self.written.pop(session_id, None)
+            self.written_at.pop(session_id, None)
+        else:
+            self.ending[session_id] = tombstone(detail)
 
     def drop(self, session_id: str) -> None:
         """Another worker owns the session in the store now: this worker's copy of it goes from memory."""
         self.states.end(session_id)
         self.written.pop(session_id, None)
+        self.written_at.pop(session_id, None)
 
     async def lapse(self) -> None:
         """The lease lapsed (``durable.lease``, rule 2): requests and groups under way are refused (a new
@@ -144,12 +182,14 @@ class DurableSessions:
 
     async def take_up(self, session_id: str) -> LeaseHolder | None:
         """A session this worker does not hold: if the store has it owned by no worker (restored by
-        ``gym sessions restore``), or, with leases, by a worker whose lease has expired, claim it and hold
+        ``gym sessions restore``), or, with leases, by a worker whose lease has expired, and not ended, claim it and hold
         it. Returns the owner's lease if another worker holds it under a live one (None otherwise). Called
         only on that miss, so a held session's requests read nothing. Raises ``ValueError`` if its stored
         state does not load here (again on each request: a claimed row this worker could not load is
         tried again, never a 404)."""
         while not self.holds(session_id) and (stored := await self.store.read(session_id)) is not None:
+            if ended_detail(stored.state) is not None:
+                return None
             if stored.owner not in (None, self.owner):
                 if self.lease is None:
                     return None
@@ -180,4 +220,5 @@ class DurableSessions:
             return False
         self.states.restore(session.session_id, session.state)
         self.written[session.session_id] = session.state
+        self.written_at[session.session_id] = time.monotonic()
         return True

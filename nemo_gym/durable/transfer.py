@@ -3,12 +3,14 @@
 One JSON document: a format tag, the instance, how many sessions, a SHA-256 of them, and the sessions.
 A file that is cut short, altered, of another instance, or with any session that is not a row a store
 can hold (each field checked, no id twice) is refused whole, with the reason and the row. Sessions
-already expired are skipped and counted. A restored row belongs to no worker: the first request for
+already expired are skipped and counted. Ended sessions' tombstones (``tombstones``) are not exported;
+a restore brings an ended session back, its tombstone replaced by the restored row. A restored row belongs to no worker: the first request for
 it, on whichever live worker it reaches, takes it up (``keeper``), so a running server uses it at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -22,6 +24,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from nemo_gym.durable.store import SessionStore, StoredSession
+from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.routing.worker import is_worker_id
 
 FORMAT = "nemo_gym.sessions/1"
@@ -86,7 +89,7 @@ def digest(sessions: list[dict]) -> str:
 
 def export_sessions(store: SessionStore, instance_name: str, path: Path) -> int:
     """Write every live session of the store to ``path`` (whole or not at all); returns how many."""
-    sessions = [asdict(session) for session in store.export()]
+    sessions = [asdict(session) for session in store.export() if ended_detail(session.state) is None]
     document = {"format": FORMAT, "instance": instance_name, "count": len(sessions), "sha256": digest(sessions), "sessions": sessions}
     # A new file of this process's own (0600, never through a link planted beside the target), then renamed.
     fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
@@ -143,6 +146,13 @@ def restore_sessions(store: SessionStore, instance_name: str, path: Path) -> Res
     sessions = read_sessions(path, instance_name)
     now = time.time()
     live = [replace(session, owner=None) for session in sessions if session.expires_at > now]
+    restored = {session.session_id for session in live}
+    ended: dict[str | None, dict[str, None]] = {}
+    for row in store.export():
+        if row.session_id in restored and ended_detail(row.state) is not None:
+            ended.setdefault(row.owner, {})[row.session_id] = None
+    for owner, tombstones in ended.items():  # each deleted as its owner, as any row is
+        asyncio.run(store.commit(owner, tombstones))
     try:
         store.import_sessions(live)
     except ValueError as error:

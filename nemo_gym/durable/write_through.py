@@ -14,7 +14,7 @@ from nemo_gym.routing.lost import RETRY_AFTER_SECONDS, retry_later
 from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
-from nemo_gym.sessions.token import TOKEN_HEADER_KEY, is_mcp_path, read_token
+from nemo_gym.sessions.token import is_mcp_path, token_session_id
 
 
 def store_unavailable(error: StoreUnavailable) -> JSONResponse:
@@ -54,7 +54,7 @@ class WriteThrough:
     A request's sessions are its cookie's and, on ``/mcp``, its token's (a tool call runs with that
     one). When the reply starts, each is written if its state changed, and committed (with the writes
     of other requests finishing meanwhile), before the caller can see the reply: nothing acknowledged
-    is lost with the worker. A 2xx reply on one of ``end_paths`` ends the cookie's session. A cookie
+    is lost with the worker (a session that ended, ``nemo_gym.lifecycle``, is written as its tombstone). A cookie
     that names another owner for a session this worker holds (it adopted the session from a dead one)
     is stamped with this worker, so the reply's Set-Cookie names it. A session it does not hold is
     taken up from the store first if it was restored there and no worker has it yet.
@@ -70,10 +70,9 @@ class WriteThrough:
     while the lease lapsed is refused unwritten (the lapse dropped what it served from).
     """
 
-    def __init__(self, app: ASGIApp, sessions: DurableSessions, end_paths: frozenset[str], tokens: URLSafeSerializer) -> None:
+    def __init__(self, app: ASGIApp, sessions: DurableSessions, tokens: URLSafeSerializer) -> None:
         self.app = app
         self.sessions = sessions
-        self.end_paths = end_paths
         self.tokens = tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -99,8 +98,7 @@ class WriteThrough:
                 return
         if session.get(OWNER_KEY) != self.sessions.owner and self.sessions.holds(session_id):
             session[OWNER_KEY] = self.sessions.owner
-        touched = [session_id, *self.token_session(scope)]
-        ends = scope["path"] in self.end_paths
+        token_session = token_session_id(scope, self.tokens) if is_mcp_path(scope["path"]) else None
 
         refused = False
 
@@ -109,13 +107,14 @@ class WriteThrough:
             if refused:
                 return  # the app's reply, in place of which the 503 went
             if message["type"] == "http.response.start":
+                # Read again: the lifecycle gives a seed of an ended session a new id (the MCP endpoint clears a new session).
+                current = session.get(SESSION_ID_KEY, session_id)
+                touched = [current] if token_session is None else [current, token_session]
                 if self.sessions.epoch != epoch:
                     refused = True
                     self.sessions.revert(touched)
                     await (await self.moved(session, session_id))(scope, receive, send)
                     return
-                if ends and 200 <= message["status"] < 300:
-                    self.sessions.end(session_id)
                 try:
                     await self.sessions.save(touched)
                 except StoreUnavailable as error:
@@ -148,11 +147,3 @@ class WriteThrough:
             f"This worker's owner lease of session {session_id} lapsed while it served this request, so the request "
             "did not take effect; the session is as the store holds it. Retry it."
         )
-
-    def token_session(self, scope: Scope) -> list[str]:
-        """The session of the request's token (the first header, as the MCP endpoint reads it), on ``/mcp``."""
-        if not is_mcp_path(scope["path"]):
-            return []
-        token = next((value for name, value in scope["headers"] if name == TOKEN_HEADER_KEY), None)
-        payload = None if token is None else read_token(self.tokens, token.decode("latin-1"))
-        return [] if payload is None else [payload[SESSION_ID_KEY]]

@@ -16,7 +16,8 @@ from mcp.shared.tool_name_validation import validate_tool_name
 from pydantic import BaseModel
 from starlette.routing import BaseRoute, Route
 
-NEVER_TOOLS = frozenset({"seed_session", "verify", "aggregate_metrics", "reverify_mode", "mcp"})
+# The framework's routes, never the policy's tools (closing its session is the harness's call, not the model's).
+NEVER_TOOLS = frozenset({"seed_session", "verify", "aggregate_metrics", "reverify_mode", "mcp", "close_session"})
 
 
 class McpToolRouteError(RuntimeError):

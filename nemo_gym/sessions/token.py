@@ -47,3 +47,10 @@ def read_token(serializer: URLSafeSerializer, token: str) -> dict[str, Any] | No
     if not isinstance(payload, dict) or not isinstance(payload.get(SESSION_ID_KEY), str):
         return None
     return payload
+
+
+def token_session_id(scope: dict[str, Any], serializer: URLSafeSerializer) -> str | None:
+    """The session of an ASGI request's token (its first token header, as the MCP endpoint reads it), or None."""
+    token = next((value for name, value in scope["headers"] if name == TOKEN_HEADER_KEY), None)
+    payload = None if token is None else read_token(serializer, token.decode("latin-1"))
+    return None if payload is None else payload[SESSION_ID_KEY]

@@ -10,8 +10,11 @@ the runner signs over a channel of that run alone (``grading.py``), and removes 
 
 With durable sessions (on when routed, ``nemo_gym.durable``), each session's sandbox is stored by name
 (``sessions.py``) and outlives its worker and a restart: sweeps spare the sandboxes the store names, and
-a worker that adopts a session re-attaches its sandbox where it is. Without, sandboxes never verified
-go when the server stops; those of a killed worker when the server next starts or stops.
+a worker that adopts a session re-attaches its sandbox where it is. A session that ends without a verify
+(``/close_session``, idleness: ``nemo_gym.lifecycle``) has its sandbox removed then (``on_session_end``);
+what is left when the server stops goes then; those of a killed worker when the server next starts or stops.
+``max_sandbox_disk_mb`` caps the disk of all the instance's sandboxes together: each live session counts
+for its sandbox's tmpfs cap (``max_disk_mb``), and a new session over the total gets 503 before any is made.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.base_resources_server import (
@@ -38,6 +41,8 @@ from nemo_gym.base_resources_server import (
     BaseVerifyResponse,
     SimpleResourcesServer,
 )
+from nemo_gym.lifecycle.cap import Cap
+from nemo_gym.lifecycle.registry import EndReason
 from nemo_gym.sessions.secret import state_dir
 from resources_servers.swe_rebench.cgroups import Cgroups, SandboxCgroup, Usage
 from resources_servers.swe_rebench.grading import MAX_REPORT_BYTES, RUNNER_SOURCE, Orders, judge
@@ -88,6 +93,15 @@ class SweRebenchConfig(BaseResourcesServerConfig):
     max_patch_bytes: int = Field(1_000_000, gt=0)
     # Subprocesses running at once in one worker; the rest wait their turn (the timeout starts after).
     max_concurrent_processes: int = Field(8, gt=0)
+    # The disk all the instance's sandboxes may take together (null: no cap): each live session counts for
+    # max_disk_mb, so at most max_sandbox_disk_mb // max_disk_mb sessions live at once.
+    max_sandbox_disk_mb: int | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def room_for_one_sandbox(self) -> "SweRebenchConfig":
+        if self.max_sandbox_disk_mb is not None and self.max_sandbox_disk_mb < self.max_disk_mb:
+            raise ValueError(f"max_sandbox_disk_mb ({self.max_sandbox_disk_mb}) leaves no room for one sandbox of max_disk_mb ({self.max_disk_mb})")
+        return self
 
 
 class SweRebenchSeedSessionRequest(BaseSeedSessionRequest):
@@ -196,6 +210,21 @@ class SweRebenchServer(SimpleResourcesServer):
 
     def session_states(self) -> Sandboxes:
         return self.sandboxes
+
+    def session_caps(self) -> list[Cap]:
+        caps = super().session_caps()
+        total = self.config.max_sandbox_disk_mb
+        if total is not None:
+            detail = f"max_sandbox_disk_mb ({total} MB, {self.config.max_disk_mb} MB per sandbox)"
+            caps.append(Cap(total // self.config.max_disk_mb, detail))
+        return caps
+
+    async def on_session_end(self, session_id: str, reason: EndReason) -> None:
+        """The session's sandbox goes; on a conflict another worker holds the session, and its sandbox, now: forgotten here only."""
+        self.sandboxes.lost.pop(session_id, None)
+        sandbox = self.sandboxes.pop(session_id, None)
+        if sandbox is not None and reason is not EndReason.CONFLICT:
+            await asyncio.to_thread(sandbox.remove)
 
     def durable_sandboxes(self) -> set[str]:
         """The sandboxes of the sessions in the store, which sweeps spare; none without durable sessions."""

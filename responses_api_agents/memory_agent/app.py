@@ -19,13 +19,15 @@ from pydantic import BaseModel, Field
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, BaseRunRequest, SimpleResponsesAPIAgent, checked_json
 from nemo_gym.config_types import ModelServerRef
+from nemo_gym.lifecycle.registry import EndReason
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
 
 
 class MemoryAgentConfig(BaseResponsesAPIAgentConfig):
     model_server: ModelServerRef
-    # Conversations kept per worker; past this, the one used least recently is forgotten.
-    max_sessions: int = Field(10_000, gt=0)
+    # Conversations kept per worker; past this, the one used least recently is forgotten. (Not ``max_sessions``:
+    # that is every server's cap on live sessions, README "Session lifecycle", which refuses new ones instead.)
+    max_conversations: int = Field(10_000, gt=0)
 
 
 class Conversations(OrderedDict[str, list[Any]]):
@@ -54,6 +56,10 @@ class MemoryAgent(SimpleResponsesAPIAgent):
     def session_states(self) -> Conversations:
         return self.conversations
 
+    async def on_session_end(self, session_id: str, reason: EndReason) -> None:
+        """An ended session's conversation goes (with durable sessions the framework drops it too; at one worker only this does)."""
+        self.conversations.pop(session_id, None)
+
     async def responses(
         self, request: Request, response: HTTPResponse, body: NeMoGymResponseCreateParamsNonStreaming
     ) -> NeMoGymResponse:
@@ -69,7 +75,7 @@ class MemoryAgent(SimpleResponsesAPIAgent):
     def remember(self, session_id: str, conversation: list[Any]) -> None:
         self.conversations[session_id] = conversation
         self.conversations.move_to_end(session_id)
-        while len(self.conversations) > self.config.max_sessions:
+        while len(self.conversations) > self.config.max_conversations:
             self.conversations.popitem(last=False)
 
     async def run(self, request: Request, response: HTTPResponse, body: BaseRunRequest) -> dict[str, Any]:

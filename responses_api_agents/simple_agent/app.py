@@ -16,6 +16,7 @@ from nemo_gym.base_responses_api_agent import (
     set_cookies,
 )
 from nemo_gym.config_types import ModelServerRef, ResourcesServerRef
+from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
 from nemo_gym.openai_utils import (
     NeMoGymFunctionCallOutput,
     NeMoGymResponse,
@@ -82,6 +83,9 @@ class SimpleAgent(SimpleResponsesAPIAgent):
 
     async def run(self, request: Request, response: HTTPResponse, body: BaseRunRequest) -> dict[str, Any]:
         cookies = dict(request.cookies)
+        if NEW_SESSION_SCOPE_KEY in request.scope:
+            # A new agent session: the caller's agent cookie, if any, names one that ended (README "Session lifecycle").
+            cookies.pop(self.session_cookie, None)
         resources = self.config.resources_server.name
         row = body.model_dump(mode="json", by_alias=True, exclude_none=True)
 

@@ -52,6 +52,7 @@ async def test_the_first_verify_builds_the_validator_without_a_warning_and_valid
         async with serving(app, instances["counter"].port) as url, httpx.AsyncClient(base_url=url) as client:
             await client.post("/seed_session", json={"initial_count": 2})
             verified = await client.post("/verify", json={**body, "expected_count": 2})
+            await client.post("/seed_session", json={"initial_count": 2})  # the verify ended the session: a new one
             refused = await client.post("/verify", json={**body, "responses_create_params": {"input": "count", "no_such_parameter": 1}})
 
     assert (verified.status_code, verified.json()["reward"]) == (200, 1.0)

@@ -125,12 +125,12 @@ def test_verify_for_an_unknown_session_says_so(client):
     assert "no sandbox for this session" in result["reason"]
 
 
-def test_a_second_verify_finds_nothing(client):
+def test_a_second_verify_gets_410_saying_the_session_ended_with_its_verify(client):
     seeded(client)
     client.post("/write_file", json={"path": "bounds.py", "content": SWE_REBENCH_FIXES["bounds.py"]})
     assert verify(client)["reward"] == 1.0
-    again = verify(client)
-    assert again["reward"] == 0.0 and again["patch"] is None and "already verified" in again["reason"]
+    again = client.post("/verify", json={**ROWS["clamp_upper"], "response": new_response().model_dump(mode="json")})
+    assert again.status_code == 410 and "ended with its /verify" in again.json()["detail"]
 
 
 def test_verify_naming_another_task_scores_zero(client, sandbox_dir):

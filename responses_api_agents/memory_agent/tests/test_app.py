@@ -93,9 +93,9 @@ async def test_a_failed_turn_is_not_remembered_and_answers_502():
 
 
 @pytest.mark.anyio
-async def test_past_max_sessions_the_least_recently_used_conversation_is_forgotten():
+async def test_past_max_conversations_the_least_recently_used_conversation_is_forgotten():
     model = Model()
-    async with memory_agent(model, max_sessions=2) as url, contextlib.AsyncExitStack() as stack:
+    async with memory_agent(model, max_conversations=2) as url, contextlib.AsyncExitStack() as stack:
         first, second, third = [await stack.enter_async_context(httpx.AsyncClient(base_url=url)) for _ in range(3)]
         await first.post("/v1/responses", json={"input": "first"})
         await second.post("/v1/responses", json={"input": "second"})

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.process.launcher import Launcher
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, Post
 from tests.e2e.session_routing.test_durable_sessions import COUNTER, counter_config, rows
@@ -66,4 +67,5 @@ def test_sessions_restored_into_a_running_server_continue_at_once_with_their_old
     assert [(reply.status, reply.body) for reply in read] == [(200, {"count": number + 1}) for number in range(SESSIONS)]
     assert [reply.status for reply in added] == [200] * SESSIONS
     assert [(reply.status, reply.body["reward"]) for reply in verified] == [(200, 1.0)] * SESSIONS
-    assert rows(state_dir) == {}
+    # Every session ended with its verify: each row is its tombstone (README "Session lifecycle").
+    assert all(ended_detail(state) is not None for _, _, state in rows(state_dir).values())

@@ -21,6 +21,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from nemo_gym import config as gym_config
 from nemo_gym.client.reading import ReadingClient
+from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.openai_utils import new_response
 from nemo_gym.process.launcher import Launcher
 from tests.e2e.session_routing.test_counter_routing import seed_all, worker_pid_of_owner
@@ -128,13 +129,14 @@ def test_sessions_of_a_sigkilled_worker_are_adopted_and_all_200_episodes_score(c
     assert held > 1 and all_score(verdicts), [body for status, body in verdicts if status != 200][:3]
 
 
-def test_rows_of_verified_sessions_are_gone(counter, state_dir):
+def test_rows_of_verified_sessions_hold_their_tombstones_and_no_state(counter, state_dir):
     jars = seed(counter)
     ids = {session_id_of(jar) for jar in jars}
     assert ids <= set(rows(state_dir))
     add(counter, jars, 3)
     assert all_score(verify(counter, jars))
-    assert not ids & set(rows(state_dir))
+    stored = rows(state_dir)
+    assert all("ended with its /verify" in ended_detail(stored[session_id][2]) for session_id in ids)
 
 
 def test_requests_that_change_nothing_write_nothing(counter, state_dir):

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nemo_gym.cli.main import main
 from nemo_gym.durable.sqlite_store import SQLiteStore, store_path
+from nemo_gym.durable.tombstones import tombstone
 from nemo_gym.durable.transfer import TransferError, digest, restore_sessions
 from nemo_gym.routing.worker import is_worker_id
 
@@ -104,6 +105,24 @@ def test_a_restore_that_meets_a_session_already_held_restores_none(exported, cap
     assert restore(exported) == 2
     assert "already holds session s1" in capsys.readouterr().err
     assert stored() == {"s1": "kept"}
+
+
+def test_a_restore_replaces_the_tombstone_of_a_session_that_ended_meanwhile(exported):
+    store = SQLiteStore(store_path(INSTANCE))
+    store.write("s1", OWNER, tombstone("Session s1 ended by /close_session"))
+    store.close()
+    assert restore(exported) == 0
+    assert stored() == {"s0": "0", "s1": "1", "s2": "2"}
+
+
+def test_tombstones_are_not_exported(state_dir, tmp_path):
+    store = SQLiteStore(store_path(INSTANCE))
+    store.write("live", OWNER, "1")
+    store.write("ended", OWNER, tombstone("Session ended ended with its /verify"))
+    store.close()
+    path = tmp_path / "sessions.json"
+    assert main(["sessions", "export", "--instance", INSTANCE, "--output", str(path)]) == 0
+    assert [session["session_id"] for session in json.loads(path.read_text())["sessions"]] == ["live"]
 
 
 def test_export_of_an_instance_without_a_store_says_so(state_dir, tmp_path, capsys):

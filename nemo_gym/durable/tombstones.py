@@ -1,0 +1,30 @@
+"""An ended durable session's row: kept in the store in place of its state, so that any worker knows it ended, and why.
+
+A tombstone is a row whose state is the JSON object ``{"nemo_gym.ended": DETAIL}`` (no server's state is
+that object: the key is the framework's). It is written as any state is (``SessionStore.commit``), so a
+store needs nothing of its own for it, and it lives as a row does: until its ``expires_at``, the cookie's
+max age after the end, when the store's purge takes it (one small row per ended session meanwhile). No
+worker adopts or restores a tombstone; a request for its session gets 410 with the detail.
+"""
+
+from __future__ import annotations
+
+import json
+
+KEY = "nemo_gym.ended"
+PREFIX = json.dumps({KEY: ""})[:-3]
+
+
+def tombstone(detail: str) -> str:
+    return json.dumps({KEY: detail})
+
+
+def ended_detail(state: str | None) -> str | None:
+    """The detail a tombstone carries, or None for a state that is no tombstone."""
+    if state is None or not state.startswith(PREFIX):
+        return None
+    try:
+        data = json.loads(state)
+    except ValueError:
+        return None
+    return data[KEY] if isinstance(data, dict) and len(data) == 1 and isinstance(data.get(KEY), str) else None

@@ -1,0 +1,171 @@
+"""The one way a session ends, whatever ends it, and the sweeper that ends the idle ones.
+
+``SessionLifecycle.end`` ends a live session once: it leaves the live set (a tombstone in its place,
+``registry``), stops counting toward the caps (``cap``), the server's hook ``on_session_end(session_id,
+reason)`` runs (awaited; an error in it is logged, and the session is ended all the same), then the
+framework drops the session's durable state, and its row becomes a tombstone, written with the request's
+reply (verify, close) or at once (idle, expiry). A second end of the same session does nothing.
+
+The sweeper runs in each worker, every quarter of ``session_idle_timeout_seconds`` (at most a minute): a
+live session with no request for that long, and none being served, ends as idle. The clock is the owner's,
+and the owner sees every request of its sessions (the router forwards them all to it); with the timeout
+off (0 or null), a session ends as expired after the cookie's max age without a request.
+
+A durable session whose owner died and that no request has reached since sits in the store with no live
+worker to time it: once per timeout each worker looks for such rows whose last write (their last use,
+``DurableSessions``) is older than the timeout, adopts each (one compare-and-set: of the workers racing,
+one wins) and ends it as idle, so its hook runs (swe_rebench's re-attached sandbox goes). A row restored
+by ``gym sessions restore`` (no owner) waits for its first request instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from nemo_gym.durable.keeper import DurableSessions
+from nemo_gym.durable.store import StoreUnavailable
+from nemo_gym.durable.tombstones import ended_detail
+from nemo_gym.lifecycle.cap import Cap, LiveCount
+from nemo_gym.lifecycle.registry import EndReason, SessionRegistry
+from nemo_gym.lifecycle.replies import end_detail
+from nemo_gym.routing.worker import is_worker_id
+from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS
+
+logger = logging.getLogger(__name__)
+
+# The sweeper looks at most this seldom, and at least this often (so a short timeout in a test is kept to).
+MAX_SWEEP_SECONDS = 60.0
+MIN_SWEEP_SECONDS = 0.05
+
+Hook = Callable[[str, EndReason], Awaitable[None]]
+
+
+class SessionLifecycle:
+    def __init__(
+        self,
+        hook: Hook,
+        idle_timeout: float | None,
+        count: LiveCount,
+        caps: list[Cap],
+        durable: DurableSessions | None = None,
+        worker_id: str | None = None,
+        is_alive: Callable[[str], bool] = lambda worker: True,
+    ) -> None:
+        """``idle_timeout``: seconds without a request that end a session (None or 0: never; the cookie's max age then).
+        ``is_alive``: the transport's, for the orphaned rows of dead owners."""
+        self.hook = hook
+        self.is_alive = is_alive
+        self.orphans_looked_at = time.monotonic()
+        self.idle_timeout = idle_timeout or None
+        self.count = count
+        self.caps = caps
+        self.durable = durable
+        self.worker_id = worker_id
+        self.registry = SessionRegistry()
+        self.sweeper: asyncio.Task | None = None
+        if durable is not None:
+            durable.on_taken = self.taken
+
+    @property
+    def sweep_seconds(self) -> float:
+        return min(max((self.idle_timeout or SESSION_MAX_AGE_SECONDS) / 4, MIN_SWEEP_SECONDS), MAX_SWEEP_SECONDS)
+
+    def admit(self, session_id: str) -> Cap | None:
+        """Start a new session, live from now, unless a cap is reached: None if started, else that cap."""
+        if self.caps:
+            refused = self.count.admit(self.caps)
+            if refused is not None:
+                return refused
+        else:
+            self.count.add(1)
+        self.registry.start(session_id)
+        return None
+
+    def keep(self, session_id: str) -> None:
+        """Count a session that exists already (adopted from another worker, or taken up from the store) as live here."""
+        self.count.add(1)
+        self.registry.start(session_id)
+
+    async def end(self, session_id: str, reason: EndReason) -> bool:
+        """End the session if it is live (True): the hook, then its durable state dropped and its tombstone committed.
+        Shielded: a request cancelled meanwhile (its caller gone) leaves the end to finish."""
+        now = time.time()
+        idle_for = now - self.registry.last_used.get(session_id, now)
+        detail = end_detail(session_id, reason, idle_for, self.idle_timeout, self.worker_id)
+        if not self.registry.end(session_id, detail):
+            return False
+        self.count.add(-1)
+        await asyncio.shield(asyncio.ensure_future(self.finish(session_id, reason, detail)))
+        return True
+
+    async def finish(self, session_id: str, reason: EndReason, detail: str) -> None:
+        try:
+            await self.hook(session_id, reason)
+        except Exception:
+            logger.exception("on_session_end(%r, %r) raised; the session is ended all the same", session_id, str(reason))
+        if self.durable is None:
+            return
+        if reason is EndReason.CONFLICT:
+            self.durable.end(session_id)  # the row is the other worker's
+            return
+        self.durable.end(session_id, detail)
+        try:
+            await self.durable.save([session_id])
+        except Exception as error:  # the tombstone waits for the session's next save
+            logger.error("session %s ended (%s) but its tombstone could not be written: %r", session_id, reason, error)
+
+    def taken(self, session_id: str) -> None:
+        """A commit found the session owned by another worker in the store: this worker's copy ends."""
+        if self.registry.is_live(session_id):
+            asyncio.get_running_loop().create_task(self.end(session_id, EndReason.CONFLICT))
+
+    async def sweep(self) -> None:
+        """End the sessions idle past the timeout (or, with none, past the cookie's max age)."""
+        limit = self.idle_timeout or SESSION_MAX_AGE_SECONDS
+        reason = EndReason.IDLE if self.idle_timeout else EndReason.EXPIRED
+        for session_id in self.registry.idle(time.time() - limit):
+            await self.end(session_id, reason)
+        if self.durable is not None and time.monotonic() - self.orphans_looked_at >= limit:
+            self.orphans_looked_at = time.monotonic()
+            await self.sweep_orphans(limit, reason)
+
+    async def sweep_orphans(self, limit: float, reason: EndReason) -> None:
+        """End the stored sessions of dead owners last used more than ``limit`` seconds ago, adopting each first."""
+        used_before = time.time() - limit
+        for row in self.durable.store.export():
+            dead = is_worker_id(row.owner) and row.owner != self.worker_id and not self.is_alive(row.owner)
+            if not dead or row.expires_at - SESSION_MAX_AGE_SECONDS >= used_before or ended_detail(row.state) is not None:
+                continue
+            try:
+                adopted = await self.durable.adopt(row)
+            except (StoreUnavailable, ValueError) as error:
+                logger.warning("the idle session %s of dead worker %s could not be taken over to end it: %s", row.session_id, row.owner, error)
+                continue
+            if adopted:
+                self.keep(row.session_id)
+                self.registry.last_used[row.session_id] = row.expires_at - SESSION_MAX_AGE_SECONDS
+                await self.end(row.session_id, reason)
+
+    async def sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.sweep_seconds)
+            try:
+                await self.sweep()
+            except Exception:
+                logger.exception("the idle sweep failed; it runs again in %g s", self.sweep_seconds)
+
+    def open(self) -> None:
+        self.count.open()
+        self.sweeper = asyncio.get_running_loop().create_task(self.sweep_forever())
+
+    async def close(self) -> None:
+        if self.sweeper is not None:
+            self.sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.sweeper
+            self.sweeper = None
+        self.count.close()

@@ -1,0 +1,105 @@
+"""The middleware that keeps each request's session alive, or answers for an ended one, or refuses a new one over a cap.
+
+It sits inside the session layer and the durable write-through (so a session taken up from the store is
+held by the time it looks), outside the app. For a request on a path of ``free_paths`` (liveness,
+metrics, the close itself) it does nothing. Otherwise the request's session (its cookie's; on ``/mcp``
+its token's) is, in this order:
+
+- ended, and remembered (a tombstone) and not held: 410 with why; on a start path (``/seed_session``) the request
+  starts a new session under a new id instead (its reply's cookie names it), so a client that keeps its
+  cookie jar across rollouts goes on working;
+- live: served, and counted as used at its start and its end;
+- held in the store by this worker (just adopted, or taken up after ``gym sessions restore`` brought
+  it back, even from its end): live from now;
+- new (no session before, or one this worker does not know: never started here, or ended so long ago
+  that its tombstone is forgotten, ``registry``): started if no cap is reached, else 503 with Retry-After
+  naming the cap, before the app sees it.
+
+A 2xx reply on one of ``end_paths`` (``/verify``) ends the session before the reply starts.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from itsdangerous import URLSafeSerializer
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from nemo_gym import SESSION_ID_KEY
+from nemo_gym.durable.keeper import DurableSessions
+from nemo_gym.lifecycle.ending import SessionLifecycle
+from nemo_gym.lifecycle.registry import EndReason
+from nemo_gym.lifecycle.replies import ended_session, over_cap
+from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
+from nemo_gym.sessions.token import is_mcp_path, token_session_id
+
+
+class Lifecycle:
+    def __init__(
+        self,
+        app: ASGIApp,
+        lifecycle: SessionLifecycle,
+        free_paths: frozenset[str],
+        start_paths: frozenset[str],
+        end_paths: frozenset[str],
+        tokens: URLSafeSerializer,
+        durable: DurableSessions | None = None,
+    ) -> None:
+        self.app = app
+        self.lifecycle = lifecycle
+        self.registry = lifecycle.registry
+        self.free_paths = free_paths
+        self.start_paths = start_paths
+        self.end_paths = end_paths
+        self.tokens = tokens
+        self.durable = durable
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in self.free_paths:
+            await self.app(scope, receive, send)
+            return
+        if is_mcp_path(path):
+            session_id = token_session_id(scope, self.tokens)
+            if session_id is None:  # the endpoint answers a request without a valid token itself
+                await self.app(scope, receive, send)
+                return
+            refusal = self.check(session_id)
+        else:
+            session = scope["session"]
+            session_id = session[SESSION_ID_KEY]
+            refusal = self.check(session_id)
+            if refusal is not None and refusal.status_code == 410 and path in self.start_paths:
+                session_id = session[SESSION_ID_KEY] = uuid.uuid4().hex
+                scope[NEW_SESSION_SCOPE_KEY] = True
+                refusal = self.check(session_id)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        ends = path in self.end_paths
+
+        async def send_after_ending(message: Message) -> None:
+            if ends and message["type"] == "http.response.start" and 200 <= message["status"] < 300:
+                await self.lifecycle.end(session_id, EndReason.VERIFY)
+            await send(message)
+
+        self.registry.enter(session_id)
+        try:
+            await self.app(scope, receive, send_after_ending)
+        finally:
+            self.registry.leave(session_id)
+
+    def check(self, session_id: str) -> Response | None:
+        """None if the request may be served (its session live, or made live now), else the reply it gets instead."""
+        if self.registry.is_live(session_id):
+            return None
+        if self.durable is not None and self.durable.holds(session_id):
+            self.lifecycle.keep(session_id)  # adopted, or taken up from the store (restored: back from its end)
+            return None
+        detail = self.registry.ended(session_id)
+        if detail is not None:
+            return ended_session(detail)
+        cap = self.lifecycle.admit(session_id)
+        return None if cap is None else over_cap(cap.limit, cap.detail)
+

@@ -1,0 +1,197 @@
+"""Session lifecycle end to end, one start-up for the module, every server at 4 workers: idle sessions end
+(state, row and sandbox gone, the hook called once each) and their requests get 410 naming idleness, while
+a session kept busy through every worker lives on; /close_session twice is 200 twice and one hook call;
+bursts of seeds against max_sessions and max_sandbox_disk_mb get exactly the cap's worth of 200s."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections import Counter
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from nemo_gym import config as gym_config
+from nemo_gym.config.paths import search_roots
+from nemo_gym.durable.tombstones import ended_detail
+from nemo_gym.openai_utils import new_response
+from nemo_gym.process import discovery
+from nemo_gym.process.launcher import Launcher
+from tests.e2e.test_swe_rebench_durable import fix_of
+from tests.e2e.test_swe_rebench_one_worker import episodes, sandboxes_in
+from tests.session_cookies import session_of
+
+ROOT = Path(__file__).resolve().parents[1] / "lifecycle_servers"
+SECRET = "session-lifecycle-end-to-end-test-secret"
+IDLE_SECONDS = 3
+# Each swe_rebench sandbox counts for this much of the capped instance's total.
+SANDBOX_MB, SANDBOXES = 16, 6
+
+
+def server(implementation: str, **settings) -> dict:
+    return {"resources_servers": {implementation: {"entrypoint": "app.py", "num_workers": 4, "session_secret": SECRET, **settings}}}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    base = tmp_path_factory.mktemp("lifecycle")
+    config = {
+        "counter": server("hooked_counter", hook_log=str(base / "counter.hooks"), session_idle_timeout_seconds=IDLE_SECONDS, place_sessions=True),
+        "capped": server("hooked_counter", hook_log=str(base / "capped.hooks"), max_sessions=100, session_idle_timeout_seconds=0),
+        "swe": server("swe_rebench", sandbox_dir=str(base / "swe"), session_idle_timeout_seconds=IDLE_SECONDS, place_sessions=True),
+        "swe_capped": server(
+            "swe_rebench", sandbox_dir=str(base / "swe_capped"), max_disk_mb=SANDBOX_MB, max_sandbox_disk_mb=SANDBOX_MB * SANDBOXES + SANDBOX_MB // 2
+        ),
+    }
+    instances = gym_config.parse(config)
+    discovery.check_settings(instances, search_roots([ROOT]))
+    launcher = Launcher(instances, gym_config.free_port(), {"NEMO_GYM_STATE_DIR": str(base / "state")}).start(240)
+    try:
+        yield launcher, base
+    finally:
+        launcher.stop()
+
+
+def hook_calls(path: Path) -> Counter:
+    """(session id, reason) -> how many times the hook was called with them."""
+    return Counter(tuple(line.split()) for line in path.read_text().splitlines()) if path.exists() else Counter()
+
+
+def session_id_of(jar: dict[str, str], instance: str) -> str:
+    return session_of(SECRET, jar[f"{instance}_session"])["session_id"]
+
+
+def stored_state(base: Path, instance: str, session_id: str) -> str | None:
+    with sqlite3.connect(base / "state" / "sessions" / f"{instance}.sqlite3") as db:
+        row = db.execute("SELECT state FROM sessions WHERE session_id = ?", (session_id,)).fetchone()
+    return None if row is None else row[0]
+
+
+def fresh_connections() -> aiohttp.ClientSession:
+    """A connection per request (the kernel spreads them over the workers, so most are forwarded), no cookie jar."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(force_close=True, limit=200), cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=120)
+    )
+
+
+async def post(http: aiohttp.ClientSession, url: str, jar: dict[str, str] | None = None, body: dict | None = None) -> tuple[int, dict, dict]:
+    async with http.post(url, json=body if body is not None else {}, cookies=jar or {}) as reply:
+        return reply.status, await reply.json(), dict(reply.headers)
+
+
+def verify_body(expected: int) -> dict:
+    return {"responses_create_params": {"input": "x"}, "response": new_response().model_dump(mode="json"), "expected_count": expected}
+
+
+def cookies_of(reply_cookies) -> dict[str, str]:
+    return {key: morsel.value for key, morsel in reply_cookies.items()}
+
+
+async def seed(http: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, dict, dict, dict[str, str]]:
+    async with http.post(f"{url}/seed_session", json=body) as reply:
+        return reply.status, await reply.json(), dict(reply.headers), cookies_of(reply.cookies)
+
+
+def test_idle_sessions_end_once_with_state_row_and_sandbox_and_a_busy_one_lives_on_then_closes_once(stack):
+    launcher, base = stack
+    counter, swe = launcher.instances["counter"].url, launcher.instances["swe"].url
+    rows = episodes(5)
+
+    async def run() -> None:
+        async with fresh_connections() as http:
+            counters = [(await seed(http, counter, {"initial_count": number}))[3] for number in range(6)]
+            sandboxes = [(await seed(http, swe, row))[3] for row in rows]
+            assert len(sandboxes_in(base / "swe")) == 5
+            busy_counter, idle_counters = counters[0], counters[1:]
+            busy_swe, idle_swe = sandboxes[0], sandboxes[1:]
+            # The busy sessions get a request every half timeout on a new connection each, so on every worker.
+            served_by, increments = set(), 0
+            deadline = time.monotonic() + IDLE_SECONDS * 3
+            while time.monotonic() < deadline:
+                async with http.post(f"{counter}/increment_counter", json={"count": 1}, cookies=busy_counter) as reply:
+                    assert reply.status == 200, await reply.text()
+                    served_by.add(reply.headers["X-NeMo-Gym-Worker"])
+                increments += 1
+                status, body, _ = await post(http, f"{swe}/run_command", busy_swe, {"command": "true"})
+                assert status == 200, body
+                await asyncio.sleep(IDLE_SECONDS / 2)
+            assert len(served_by) > 1  # the connections reached several workers (the label names the one that took each)
+            hooks = base / "counter.hooks"
+            idle_ids = [session_id_of(jar, "counter") for jar in idle_counters]
+            give_up = time.monotonic() + 60
+            while time.monotonic() < give_up and (len(hook_calls(hooks)) < 5 or len(sandboxes_in(base / "swe")) > 1):
+                await asyncio.sleep(0.2)
+            assert hook_calls(hooks) == Counter({(session_id, "idle"): 1 for session_id in idle_ids})
+            assert len(sandboxes_in(base / "swe")) == 1
+            for jar, session_id in zip(idle_counters, idle_ids):
+                status, body, _ = await post(http, f"{counter}/get_counter_value", jar)
+                assert status == 410 and "idle for" in body["detail"], body
+                assert "idle for" in ended_detail(stored_state(base, "counter", session_id))
+            for jar in idle_swe:
+                status, body, _ = await post(http, f"{swe}/read_file", jar, {"path": "README.md"})
+                assert status == 410 and "idle for" in body["detail"], body
+            status, body, _ = await post(http, f"{counter}/get_counter_value", busy_counter)
+            assert (status, body["count"]) == (200, increments)
+            # Closed twice, each close on a connection of its own (forwarded to the owner): 200 both times, one hook call.
+            busy_id = session_id_of(busy_counter, "counter")
+            closes = [await post(http, f"{counter}/close_session", busy_counter) for _ in range(2)]
+            assert [(status, body["status"]) for status, body, _ in closes] == [(200, "closed"), (200, "already closed")]
+            assert hook_calls(hooks)[(busy_id, "close")] == 1 and len(hook_calls(hooks)) == 6
+            assert ended_detail(stored_state(base, "counter", busy_id)) is not None
+            swe_closes = [await post(http, f"{swe}/close_session", busy_swe) for _ in range(2)]
+            assert [(status, body["status"]) for status, body, _ in swe_closes] == [(200, "closed"), (200, "already closed")]
+            assert sandboxes_in(base / "swe") == []
+            status, body, _ = await post(http, f"{counter}/close_session")
+            assert status == 400 and "names no session" in body["detail"]
+
+    asyncio.run(run())
+
+
+def test_a_burst_of_500_seeds_against_max_sessions_100_gets_exactly_100_and_they_all_verify(stack):
+    launcher, base = stack
+    url = launcher.instances["capped"].url
+
+    async def run() -> None:
+        async with fresh_connections() as http:
+            seeds = await asyncio.gather(*(seed(http, url, {"initial_count": number}) for number in range(500)))
+            admitted = [(number, jar) for number, (status, _, _, jar) in enumerate(seeds) if status == 200]
+            refused = [(status, body, headers) for status, body, headers, _ in seeds if status != 200]
+            assert len(admitted) == 100
+            assert all(status == 503 and headers.get("Retry-After") and "max_sessions (100)" in body["detail"] for status, body, headers in refused)
+            increments = await asyncio.gather(*(post(http, f"{url}/increment_counter", jar, {"count": 7}) for _, jar in admitted))
+            assert all(status == 200 for status, _, _ in increments)
+            verdicts = await asyncio.gather(*(post(http, f"{url}/verify", jar, verify_body(number + 7)) for number, jar in admitted))
+            assert [(status, body["reward"]) for status, body, _ in verdicts] == [(200, 1.0)] * 100
+            assert hook_calls(base / "capped.hooks") == Counter({(session_id_of(jar, "capped"), "verify"): 1 for _, jar in admitted})
+            assert (await seed(http, url, {"initial_count": 0}))[0] == 200  # the verified ones made room
+
+    asyncio.run(run())
+
+
+def test_a_burst_of_seeds_against_the_sandbox_disk_cap_gets_exactly_the_sandboxes_it_allows_and_they_all_verify(stack):
+    launcher, base = stack
+    url = launcher.instances["swe_capped"].url
+    rows = episodes(30)
+
+    async def run() -> None:
+        async with fresh_connections() as http:
+            seeds = await asyncio.gather(*(seed(http, url, row) for row in rows))
+            admitted = [(row, jar) for row, (status, _, _, jar) in zip(rows, seeds) if status == 200]
+            refused = [(status, body, headers) for status, body, headers, _ in seeds if status != 200]
+            assert len(admitted) == SANDBOXES, [body for _, body, _, _ in seeds if "detail" in body][:3]
+            detail = f"max_sandbox_disk_mb ({SANDBOX_MB * SANDBOXES + SANDBOX_MB // 2} MB, {SANDBOX_MB} MB per sandbox)"
+            assert all(status == 503 and headers.get("Retry-After") and detail in body["detail"] for status, body, headers in refused)
+            assert len(sandboxes_in(base / "swe_capped")) == SANDBOXES
+            for row, jar in admitted:
+                status, body, _ = await post(http, f"{url}/write_file", jar, fix_of(row))
+                assert status == 200, body
+            verdicts = await asyncio.gather(
+                *(post(http, f"{url}/verify", jar, {**row, "response": new_response().model_dump(mode="json")}) for row, jar in admitted)
+            )
+            assert [(status, body["reward"]) for status, body, _ in verdicts] == [(200, 1.0)] * SANDBOXES
+            assert sandboxes_in(base / "swe_capped") == []
+
+    asyncio.run(run())

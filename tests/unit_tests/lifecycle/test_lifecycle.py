@@ -1,0 +1,130 @@
+"""Sessions end once, through the hook, however they end; their later requests get 410 saying why; /close_session
+is idempotent; new sessions over max_sessions get 503 (two workers of one server in this process, a real socket directory)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, ClassVar
+
+import pytest
+from fastapi import Request
+
+from nemo_gym import SESSION_ID_KEY
+from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse
+from nemo_gym.lifecycle.registry import EndReason
+from tests.session_cookies import signed_session
+from tests.unit_tests.routing_workers import EchoServer, new_session, two_workers
+
+pytestmark = pytest.mark.anyio
+
+
+class HookedServer(EchoServer):
+    """Records every ``on_session_end`` call, by session id."""
+
+    ends: ClassVar[list[tuple[str, str, str | None]]] = []
+
+    async def on_session_end(self, session_id: str, reason: EndReason) -> None:
+        HookedServer.ends.append((session_id, str(reason), self.worker_id))
+
+    async def verify(self, request: Request, body: BaseVerifyRequest) -> BaseVerifyResponse:
+        return BaseVerifyResponse(**body.model_dump(), reward=1.0)
+
+
+@pytest.fixture(autouse=True)
+def fresh_record():
+    HookedServer.ends.clear()
+
+
+def session_id(reply_body: dict[str, Any]) -> str:
+    return reply_body["session_id"]
+
+
+async def echo(caller, worker, cookies) -> tuple[int, dict]:
+    reply = await caller.post(worker, "/echo/x", cookies)
+    return reply.status, await reply.json()
+
+
+async def test_close_twice_answers_200_both_times_and_calls_the_hook_once_on_the_owner():
+    async with two_workers(HookedServer) as (a, b, caller):
+        cookies = await new_session(caller, a)
+        _, body = await echo(caller, a, cookies)
+        first = await caller.post(b, "/close_session", cookies)  # lands on B: forwarded to A, the owner
+        second = await caller.post(a, "/close_session", cookies)
+        assert (first.status, (await first.json())["status"]) == (200, "closed")
+        assert (second.status, (await second.json())["status"]) == (200, "already closed")
+        assert "ended by /close_session" in (await second.json())["detail"]
+        assert HookedServer.ends == [(session_id(body), "close", a.server.worker_id)]
+
+
+async def test_a_request_of_a_closed_session_gets_410_saying_it_was_closed():
+    async with two_workers(HookedServer) as (a, b, caller):
+        cookies = await new_session(caller, a)
+        await caller.post(a, "/close_session", cookies)
+        for worker in (a, b):
+            status, body = await echo(caller, worker, cookies)
+            assert status == 410 and "ended by /close_session" in body["detail"]
+
+
+async def test_a_close_without_a_session_or_with_a_forged_cookie_is_400_and_ends_nothing():
+    async with two_workers(HookedServer) as (a, b, caller):
+        live = await new_session(caller, a)
+        forged = {a.server.session_cookie: signed_session("not-the-secret-of-this-server-at-all", {SESSION_ID_KEY: "x"})}
+        for cookies in (None, forged, {a.server.session_cookie: "garbage"}):
+            reply = await caller.post(a, "/close_session", cookies)
+            assert reply.status == 400 and "names no session" in (await reply.json())["detail"]
+        assert HookedServer.ends == []
+        assert (await echo(caller, a, live))[0] == 200
+
+
+async def test_verify_ends_the_session_through_the_hook_and_a_seed_with_its_cookie_starts_a_new_one():
+    async with two_workers(HookedServer) as (a, b, caller):
+        cookies = await new_session(caller, a)
+        _, body = await echo(caller, a, cookies)
+        row = {"responses_create_params": {"input": "x"}, "response": {"id": "r", "created_at": 0, "model": "m", "object": "response", "output": [], "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}}
+        verified = await caller.post(b, "/verify", cookies, json=row)
+        assert verified.status == 200, await verified.text()
+        assert HookedServer.ends == [(session_id(body), "verify", a.server.worker_id)]
+        status, gone = await echo(caller, a, cookies)
+        assert status == 410 and "ended with its /verify" in gone["detail"]
+        seeded = await caller.post(a, "/seed_session", cookies, json={})
+        assert seeded.status == 200
+        renewed = {key: morsel.value for key, morsel in seeded.cookies.items()}
+        status, fresh = await echo(caller, a, renewed)
+        assert status == 200 and session_id(fresh) != session_id(body)
+
+
+async def test_an_idle_session_ends_once_as_idle_and_a_busy_one_does_not():
+    async with two_workers(HookedServer, session_idle_timeout_seconds=0.6) as (a, b, caller):
+        idle, busy = await new_session(caller, a), await new_session(caller, b)
+        _, idle_body = await echo(caller, a, idle)
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:  # kept busy through both workers: each request reaches B, its owner
+            for worker in (a, b):
+                assert (await echo(caller, worker, busy))[0] == 200
+            await asyncio.sleep(0.1)
+        status, body = await echo(caller, b, idle)
+        assert status == 410 and "idle for" in body["detail"] and "session_idle_timeout_seconds: 0.6" in body["detail"]
+        assert HookedServer.ends == [(session_id(idle_body), "idle", a.server.worker_id)]
+        assert (await (await caller.post(a, "/close_session", idle)).json())["status"] == "already closed"
+
+
+async def test_new_sessions_over_max_sessions_get_503_with_retry_after_and_live_ones_are_untouched():
+    async with two_workers(HookedServer, max_sessions=3) as (a, b, caller):
+        live = [await new_session(caller, worker) for worker in (a, b, a)]
+        for worker in (a, b):
+            refused = await caller.post(worker, "/increment")
+            assert refused.status == 503 and refused.headers["Retry-After"]
+            assert "max_sessions (3)" in (await refused.json())["detail"]
+        for cookies in live:
+            assert (await caller.post(b, "/increment", cookies)).status == 200
+        await caller.post(a, "/close_session", live[0])
+        assert (await caller.post(b, "/increment")).status == 200
+
+
+async def test_liveness_and_metrics_paths_start_no_session_and_count_toward_no_cap():
+    async with two_workers(HookedServer, max_sessions=1) as (a, b, caller):
+        for _ in range(3):
+            assert (await caller.http.get(a.url + "/")).status == 200
+        assert (await caller.post(a, "/increment")).status == 200
+        assert len(a.server.lifecycle.registry) == 1

@@ -1,0 +1,71 @@
+"""The lifecycle and the store: a dead owner's stored session that no request reaches is ended as idle by a live worker
+once its last use is older than the timeout (adopted first, so its hook runs once); a session the store holds for another
+worker ends here as a conflict, its row left to that worker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from nemo_gym.durable.keeper import DurableSessions
+from nemo_gym.durable.states import SessionStates
+from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, StoredSession
+from nemo_gym.durable.tombstones import ended_detail
+from nemo_gym.lifecycle.cap import LiveCount
+from nemo_gym.lifecycle.ending import SessionLifecycle
+from nemo_gym.lifecycle.registry import EndReason
+
+pytestmark = pytest.mark.anyio
+
+ME, DEAD, LIVE = "a" * 16, "d" * 16, "f" * 16
+TIMEOUT = 60.0
+
+
+def row(session_id: str, owner: str | None, used_seconds_ago: float) -> StoredSession:
+    return StoredSession(session_id, owner, 1, "5", time.time() - used_seconds_ago + SESSION_MAX_AGE_SECONDS)
+
+
+async def test_only_a_dead_owners_row_idle_past_the_timeout_is_ended_once_through_the_hook(store):
+    store.import_sessions([row("stale", DEAD, 2 * TIMEOUT), row("fresh", DEAD, 1), row("live", LIVE, 2 * TIMEOUT), row("restored", None, 2 * TIMEOUT)])
+    ends: list[tuple[str, EndReason]] = []
+
+    async def hook(session_id: str, reason: EndReason) -> None:
+        ends.append((session_id, reason))
+
+    counters = SessionStates(int)
+    lifecycle = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [], DurableSessions(store, counters, ME), ME, {LIVE}.__contains__)
+    lifecycle.orphans_looked_at = 0.0
+    await lifecycle.sweep()
+    assert ends == [("stale", EndReason.IDLE)]
+    assert "idle for 120 s" in ended_detail((await store.read("stale")).state)
+    assert {session_id: (await store.read(session_id)).state for session_id in ("fresh", "live", "restored")} == dict.fromkeys(("fresh", "live", "restored"), "5")
+    assert "stale" not in counters
+    lifecycle.orphans_looked_at = 0.0
+    await lifecycle.sweep()
+    assert len(ends) == 1
+
+
+async def test_a_session_the_store_holds_for_another_worker_ends_here_as_a_conflict_and_its_row_is_left(store):
+    ends: list[tuple[str, EndReason]] = []
+
+    async def hook(session_id: str, reason: EndReason) -> None:
+        ends.append((session_id, reason))
+
+    counters = SessionStates(int)
+    durable = DurableSessions(store, counters, ME)
+    lifecycle = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [], durable, ME)
+    assert lifecycle.admit("s") is None
+    counters["s"] = 1
+    await durable.save(["s"])
+    assert await store.claim(await store.read("s"), LIVE)  # another worker took it over
+    counters["s"] = 2
+    with pytest.raises(Exception, match="belongs to another worker"):
+        await durable.save(["s"])
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert ends == [("s", EndReason.CONFLICT)]
+    assert "s" not in counters and not lifecycle.registry.is_live("s")
+    stored = await store.read("s")
+    assert (stored.owner, stored.state) == (LIVE, "1")
