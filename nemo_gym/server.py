@@ -22,6 +22,7 @@ from starlette.types import ASGIApp
 from nemo_gym import config as gym_config
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.adoption import Adopter
+from nemo_gym.durable.checkpoint import CheckpointAdmin, CheckpointGate, Gate
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import open_store
@@ -84,6 +85,7 @@ class SimpleServer(BaseModel):
     _forwarder: Forwarder | None = PrivateAttr(None)
     _placement: Placement | None = PrivateAttr(None)
     _durable: DurableSessions | None = PrivateAttr(None)
+    _gate: Gate | None = PrivateAttr(None)
     # In a replica set: this replica's address, the transport to the other replicas, and the router.
     _replica: str | None = PrivateAttr(None)
     _replicas: TcpTransport | None = PrivateAttr(None)
@@ -259,8 +261,11 @@ class SimpleServer(BaseModel):
         durable = self._durable = None if states is None else DurableSessions(open_store(self.config.session_store, self.name), states, self._worker_id)
         # Inside the sessions: the durable write-through, then the errors answered as JSON.
         inner = [Middleware(ServerErrorsAsJson)]
+        # Durable sessions can be checkpointed (``gym sessions checkpoint``): the host's workers share a gate.
+        gate = self._gate = None if durable is None else Gate(socket_dir)
         if durable is not None:
-            inner.insert(0, Middleware(WriteThrough, sessions=durable, end_paths=self.session_end_paths, tokens=token_serializer(self.secret)))
+            inner.insert(0, Middleware(WriteThrough, sessions=durable, end_paths=self.session_end_paths, tokens=token_serializer(self.secret), replica=self.replica_keys))
+            inner.insert(0, Middleware(CheckpointGate, gate=gate))
         sessions = [layer for layer in app.user_middleware if layer.cls in SESSION_LAYER]
         app.user_middleware = [*sessions, *inner, *(layer for layer in app.user_middleware if layer.cls not in SESSION_LAYER)]
         local = CancelOnDisconnect(app)
@@ -270,6 +275,8 @@ class SimpleServer(BaseModel):
         lost = LostWithOwner() if durable is None else Adopter(durable, self._transport.is_alive)
         replicas = None if self._replicas is None else Forwarder(self._replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS)
         router = self._router = SessionRouter(local, self._worker_id, owners, self._forwarder, self._placement, lost, self._replica, replicas)
+        if gate is not None:
+            return BodyLimit(CheckpointAdmin(router, gate, self.name, self.secret, self.config.session_store), self.config.max_body_bytes)
         return BodyLimit(router, self.config.max_body_bytes)
 
     def replica_transport(self, port: int) -> TcpTransport:
@@ -302,6 +309,8 @@ class SimpleServer(BaseModel):
                 stack.push_async_callback(self._replicas.close)
             await stack.enter_async_context(self._transport.serving(self._worker_id or new_worker_id(), siblings_app, InputLimits.of(self.config)))
             stack.push_async_callback(self._transport.close)
+            if self._gate is not None:
+                stack.callback(self._gate.close)  # after the placement's: this worker's counter is gone then
             if self._placement is not None:
                 # Published once alive, so that a counter whose worker's name is free is a dead worker's.
                 self._placement.open()

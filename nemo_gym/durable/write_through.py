@@ -42,7 +42,7 @@ class WriteThrough:
     of other requests finishing meanwhile), before the caller can see the reply: nothing acknowledged
     is lost with the worker. A 2xx reply on one of ``end_paths`` ends the cookie's session. A cookie
     that names another owner for a session this worker holds (it adopted the session from a dead one)
-    is stamped with this worker, so the reply's Set-Cookie names it. A session it does not hold is
+    is stamped with this worker (and, in a replica set, this replica), so the reply's Set-Cookie names it. A session it does not hold is
     taken up from the store first if it was restored there and no worker has it yet.
 
     A write the store cannot commit (``StoreUnavailable``) replaces the app's reply with a 503 and
@@ -50,8 +50,12 @@ class WriteThrough:
     back to their stored state (``DurableSessions``), so nothing unstored is acknowledged.
     """
 
-    def __init__(self, app: ASGIApp, sessions: DurableSessions, end_paths: frozenset[str], tokens: URLSafeSerializer) -> None:
+    def __init__(
+        self, app: ASGIApp, sessions: DurableSessions, end_paths: frozenset[str], tokens: URLSafeSerializer, replica: dict[str, str | int] | None = None
+    ) -> None:
+        """``replica``: this replica's keys in a session (``nemo_gym.routing.replica``), in a replica set."""
         self.app = app
+        self.replica = replica or {}
         self.sessions = sessions
         self.end_paths = end_paths
         self.tokens = tokens
@@ -70,6 +74,7 @@ class WriteThrough:
                 return
         if session.get(OWNER_KEY) != self.sessions.owner and self.sessions.holds(session_id):
             session[OWNER_KEY] = self.sessions.owner
+            session.update(self.replica)  # taken up from another replica's worker: the cookie names this replica now
         touched = [session_id, *self.token_session(scope)]
         ends = scope["path"] in self.end_paths
 
