@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from nemo_gym.config.keys import ConfigKeys
+from nemo_gym.durable.lease import OWNER_LEASE_SECONDS
 from nemo_gym.env import DEFAULT_HOST
 from nemo_gym.middleware.input_limits import (
     DEFAULT_BODY_TIMEOUT_SECONDS,
@@ -111,6 +112,10 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     # Where durable sessions are stored: a file path (SQLite), or unset: the instance's SQLite file under
     # the state directory (nemo_gym/durable/store.py, README "Durable sessions").
     session_store: str | None = None
+    # With a store shared across hosts (postgresql://...): how long a worker's owner lease lasts; renewed
+    # every third of it. A session whose owner's lease has expired may be adopted by any replica
+    # (nemo_gym/durable/lease.py, README "Durable sessions").
+    owner_lease_seconds: float = Field(default=OWNER_LEASE_SECONDS, gt=0, allow_inf_nan=False)
     # A replica set (README "A replica set"): a routed server with a configured session_secret is a replica;
     # the others reach it at advertise_host (default: host; required when host is a wildcard such as
     # 0.0.0.0) on its forwarding port (default: a free one, chosen at start and named in each session).

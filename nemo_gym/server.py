@@ -24,6 +24,7 @@ from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.checkpoint import CheckpointAdmin, CheckpointGate, Gate
 from nemo_gym.durable.keeper import DurableSessions
+from nemo_gym.durable.lease import LeaseStore, OwnerLease, liveness_domain
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import open_store
 from nemo_gym.durable.write_through import WriteThrough
@@ -259,6 +260,9 @@ class SimpleServer(BaseModel):
         app = self.setup_webserver()
         states = self.session_states() if self._worker_id is not None and self.config.durable_sessions else None
         durable = self._durable = None if states is None else DurableSessions(open_store(self.config.session_store, self.name), states, self._worker_id)
+        if durable is not None and isinstance(durable.store, LeaseStore):
+            keys = self.replica_keys or {}
+            durable.lease = OwnerLease(durable.store, self._worker_id, liveness_domain(socket_dir), keys, self.config.owner_lease_seconds, durable.lapse)
         # Inside the sessions: the durable write-through, then the errors answered as JSON.
         inner = [Middleware(ServerErrorsAsJson)]
         # Durable sessions can be checkpointed (``gym sessions checkpoint``): the host's workers share a gate.
@@ -301,6 +305,10 @@ class SimpleServer(BaseModel):
             if self._transport is None:
                 yield
                 return
+            if self._durable is not None and self._durable.lease is not None:
+                # Held before this worker serves, let go when it stops (its sessions adoptable at once).
+                await self._durable.lease.start()
+                stack.push_async_callback(self._durable.lease.stop)
             # Other workers reach this one's sessions only once its own start-up is done.
             siblings_app = app if self._worker_id is not None else None
             if self._replicas is not None:

@@ -2,6 +2,8 @@
 
 - ``store``: the ``SessionStore`` protocol every store implements, and the choice of one by its location.
 - ``sqlite_store``: the SQLite file (WAL) that every worker of an instance on a host writes its sessions' state to.
+- ``postgresql_store``: the PostgreSQL database that the workers of every replica, on any host, share.
+- ``lease``: owner leases in a shared store: who may adopt a session of another host's worker, and fencing.
 - ``states``: how a server declares its per-session state (``SessionStates``, or its own export/restore).
 - ``keeper``: one worker's side: write a session's state when it changed, take over a dead owner's.
 - ``write_through``: the middleware that writes each changed session before the reply starts.

@@ -22,6 +22,11 @@ class Adopter:
     ``gym sessions restore`` left): this worker claims the row (a compare-and-set on owner and revision;
     of several racing, one wins, and the others find the winner on their next read), restores the
     state, and the request is served here. ``is_alive`` is the transport's.
+
+    With owner leases (a store shared across hosts, ``durable.lease``), the kernel's word counts only for
+    an owner of this worker's liveness domain (as above); an owner elsewhere is dead once its lease has
+    expired (the claim checks it), and one whose lease is live holds the session still: the request is
+    served here, where the write-through answers 503 with the cookie naming that owner.
     """
 
     def __init__(self, sessions: DurableSessions, is_alive: Callable[[str], bool]) -> None:
@@ -30,21 +35,31 @@ class Adopter:
 
     async def owner_gone(self, owner: str, session: dict[str, Any]) -> Decision:
         session_id = session_id_of(session)
-        while (stored := await self.stored(session_id)) is not None and stored.owner != self.sessions.owner:
-            if stored.owner != owner and is_worker_id(stored.owner) and self.is_alive(stored.owner):
-                return ForwardTo(stored.owner)
-            try:
-                if await self.sessions.adopt(stored):
+        try:
+            while (stored := await self.stored(session_id)) is not None and stored.owner != self.sessions.owner:
+                local = self.sessions.lease is None or stored.owner is None
+                if not local:
+                    holder = await self.sessions.holder(stored.owner)
+                    local = holder is not None and holder.domain == self.sessions.lease.domain
+                    if not local and holder is not None and holder.live:
+                        return ServeHere()
+                if local and stored.owner != owner and is_worker_id(stored.owner) and self.is_alive(stored.owner):
+                    return ForwardTo(stored.owner)
+                if await self.sessions.adopt(stored, owner_dead=local):
                     break
-            except (StoreUnavailable, ValueError) as error:  # not claimed, or not loaded: the dead owner's still
-                return Reply(not_taken_up(error, f"Session {session_id} of dead worker {stored.owner}"))
+        except (StoreUnavailable, ValueError) as error:  # not claimed, or not loaded: the dead owner's still
+            return Reply(not_taken_up(error, f"Session {session_id} of dead worker {owner}"))
         if stored is None:
             return Reply(lost_session(owner))
         return ServeHere()
 
     async def owner_died(self, owner: str, session: dict[str, Any]) -> Reply:
         """The session is kept if it is durable: the caller may retry."""
-        if await self.stored(session_id_of(session)) is None:
+        try:
+            stored = await self.stored(session_id_of(session))
+        except StoreUnavailable as error:
+            return Reply(not_taken_up(error, f"Session of dead worker {owner}"))
+        if stored is None:
             return Reply(lost_session(owner))
         return Reply(
             retry_later(

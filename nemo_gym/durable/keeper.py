@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from nemo_gym.durable.lease import LeaseHolder, LeaseStore, OwnerLease
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import SessionStore, SessionTaken, StoredSession
 
@@ -20,12 +21,19 @@ class DurableSessions:
     and each of its sessions goes back, in memory, to the state the store holds (or out of memory, if
     the store holds none): memory and store never disagree, and the requests waiting on it raise. A
     session whose later state waits in the next group is left to that group (its requests overlapped).
+
+    With a store shared across hosts, ``lease`` is the worker's owner lease (``durable.lease``). When it
+    lapses, ``epoch`` goes up and every session held is dropped from memory; a group gathered in an
+    earlier epoch is refused unwritten (its sessions count as taken).
     """
 
     def __init__(self, store: SessionStore, states: DurableState, owner: str | None) -> None:
         self.store = store
         self.states = states
         self.owner = owner
+        self.lease: OwnerLease | None = None
+        self.epoch = 0
+        self.gathered_epoch = 0
         self.written: dict[str, str] = {}
         self.pending: dict[str, tuple[str | None, asyncio.Future[set[str]]]] = {}
         self.gathering: dict[str, str | None] = {}
@@ -57,6 +65,7 @@ class DurableSessions:
     def gather(self, session_id: str, state: str | None) -> asyncio.Future[set[str]]:
         if self.gathered is None:
             self.gathered = asyncio.get_running_loop().create_future()
+            self.gathered_epoch = self.epoch
         if self.committer is None:
             self.committer = asyncio.create_task(self.commit_groups())
         self.gathering[session_id] = state
@@ -67,10 +76,11 @@ class DurableSessions:
         """Commit the gathered group, then the one gathered meanwhile, until none is left."""
         try:
             while self.gathering:
-                group, outcome = self.gathering, self.gathered
+                group, outcome, epoch = self.gathering, self.gathered, self.gathered_epoch
                 self.gathering, self.gathered = {}, None
                 try:
-                    taken = await self.store.commit(self.owner, group)
+                    # Gathered before the lease lapsed: what it holds may be stale, so none of it is written.
+                    taken = set(group) if epoch != self.epoch else await self.store.commit(self.owner, group)
                 except Exception as error:
                     self.roll_back(group, outcome)
                     outcome.set_exception(error)
@@ -102,17 +112,50 @@ class DurableSessions:
         """The session is over: its state goes from memory, and from the store with the request's ``save``."""
         self.states.end(session_id)
 
-    async def take_up(self, session_id: str) -> None:
-        """A session this worker does not hold: if the store has it owned by no worker (restored by
-        ``gym sessions restore``), claim it and hold it. Called only on that miss, so a held session's
-        requests read nothing. Raises ``ValueError`` if its stored state does not load here (again on
-        each request: a claimed row this worker could not load is tried again, never a 404)."""
-        while not self.holds(session_id) and (stored := await self.store.read(session_id)) is not None and stored.owner in (None, self.owner):
-            await self.adopt(stored)
+    def drop(self, session_id: str) -> None:
+        """Another worker owns the session in the store now: this worker's copy of it goes from memory."""
+        self.states.end(session_id)
+        self.written.pop(session_id, None)
 
-    async def adopt(self, session: StoredSession) -> bool:
-        """Take over a dead owner's session as read from the store; False if another worker took it first."""
-        if not await self.store.claim(session, self.owner):
+    def lapse(self) -> None:
+        """The lease lapsed (``durable.lease``, rule 2): drop every session held; each is taken up again from the store."""
+        self.epoch += 1
+        for session_id in {*self.written, *self.pending}:
+            self.states.end(session_id)
+        self.written.clear()
+
+    async def ensure_lease(self) -> None:
+        """Return once this worker may serve the sessions it holds; raises ``StoreUnavailable``."""
+        if self.lease is not None:
+            await self.lease.ensure()
+
+    async def take_up(self, session_id: str) -> LeaseHolder | None:
+        """A session this worker does not hold: if the store has it owned by no worker (restored by
+        ``gym sessions restore``), or, with leases, by a worker whose lease has expired, claim it and hold
+        it. Returns the owner's lease if another worker holds it under a live one (None otherwise). Called
+        only on that miss, so a held session's requests read nothing. Raises ``ValueError`` if its stored
+        state does not load here (again on each request: a claimed row this worker could not load is
+        tried again, never a 404)."""
+        while not self.holds(session_id) and (stored := await self.store.read(session_id)) is not None:
+            if stored.owner not in (None, self.owner):
+                if self.lease is None:
+                    return None
+                holder = await self.holder(stored.owner)
+                if holder is not None and holder.live:
+                    return holder
+            await self.adopt(stored)
+        return None
+
+    async def holder(self, worker: str) -> LeaseHolder | None:
+        """``worker``'s lease in the store (a store with leases only)."""
+        assert isinstance(self.store, LeaseStore)
+        return await self.store.lease_of(worker)
+
+    async def adopt(self, session: StoredSession, owner_dead: bool = False) -> bool:
+        """Take over a session as read from the store (a dead owner's: ``owner_dead`` if the kernel proved it,
+        else, with leases, once its lease has expired); False if another worker took it first, or the owner's
+        lease is live."""
+        if not await self.store.claim(session, self.owner, owner_dead):
             return False
         self.states.restore(session.session_id, session.state)
         self.written[session.session_id] = session.state

@@ -164,7 +164,7 @@ class SQLiteStore:
                 self.delete_expired(now)
         return taken
 
-    async def claim(self, session: StoredSession, new_owner: str | None) -> bool:
+    async def claim(self, session: StoredSession, new_owner: str | None, owner_dead: bool = False) -> bool:
         with self.writing(), self.committing():
             return bool(
                 self.db.execute(

@@ -63,9 +63,12 @@ class SessionStore(Protocol):
         at a time, never cancelled (the keeper's committer). Raises ``StoreUnavailable`` if it cannot
         commit, and then nothing of it is written."""
 
-    async def claim(self, session: StoredSession, new_owner: str | None) -> bool:
+    async def claim(self, session: StoredSession, new_owner: str | None, owner_dead: bool = False) -> bool:
         """Take the session over if its row is still as read (same owner, same revision), raising the
-        revision: of several racing, one wins. Raises ``StoreUnavailable`` if the change cannot commit."""
+        revision: of several racing, one wins. ``owner_dead``: the caller's kernel proved the owner dead;
+        else a store shared across hosts (``lease.LeaseStore``) takes it only once the owner's lease has
+        expired (SQLite's owners are all of one host, proved dead before any claim). Raises
+        ``StoreUnavailable`` if the change cannot commit."""
 
     def export(self) -> list[StoredSession]:
         """Every live row, by session id, as of one moment of the store."""
@@ -79,7 +82,11 @@ class SessionStore(Protocol):
 
 # The kinds of store by the scheme of their location (uvicorn's style: an import string, so a kind's
 # driver is imported only where it is used). A location with no scheme is a file path, for SQLite.
-STORES = {"sqlite": "nemo_gym.durable.sqlite_store:SQLiteStore"}
+STORES = {
+    "sqlite": "nemo_gym.durable.sqlite_store:SQLiteStore",
+    "postgresql": "nemo_gym.durable.postgresql_store:PostgreSQLStore",
+    "postgres": "nemo_gym.durable.postgresql_store:PostgreSQLStore",
+}
 
 
 def open_store(location: str | None, instance_name: str, *, create: bool = True) -> SessionStore:

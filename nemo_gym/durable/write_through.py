@@ -8,8 +8,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.keeper import DurableSessions
-from nemo_gym.durable.store import StoreUnavailable
-from nemo_gym.routing.lost import RETRY_AFTER_SECONDS
+from nemo_gym.durable.lease import LeaseHolder
+from nemo_gym.durable.store import SessionTaken, StoreUnavailable
+from nemo_gym.routing.lost import RETRY_AFTER_SECONDS, retry_later
+from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
 from nemo_gym.sessions.token import TOKEN_HEADER_KEY, is_mcp_path, read_token
@@ -34,6 +36,18 @@ def not_taken_up(error: StoreUnavailable | ValueError, session: str) -> JSONResp
     return JSONResponse(status_code=500, content={"detail": f"{session}: its stored state does not load here: {error}"})
 
 
+def owned_elsewhere(session: dict, holder: LeaseHolder) -> JSONResponse:
+    """The reply for a session another worker owns under a live lease: 503, and (sent through the session
+    layer) the session's cookie naming that worker and its replica, where the retry goes."""
+    for key in (REPLICA_KEY, FORWARD_PORT_KEY):
+        session.pop(key, None)
+    session.update({**holder.keys, OWNER_KEY: holder.worker})
+    return retry_later(
+        f"This session's owner in the store is worker {holder.worker} now (it took the session over while this "
+        "worker's owner lease had expired); this request did not take effect here. Retry it: the cookie names that worker."
+    )
+
+
 class WriteThrough:
     """Sits inside SessionIdMiddleware, so the session id is known.
 
@@ -48,6 +62,12 @@ class WriteThrough:
     A write the store cannot commit (``StoreUnavailable``) replaces the app's reply with a 503 and
     Retry-After, sent through the session layer, so it carries the session's cookie; the sessions are
     back to their stored state (``DurableSessions``), so nothing unstored is acknowledged.
+
+    With owner leases (a store shared across hosts, ``durable.lease``): a request waits for the lease to
+    be valid first (503 if it cannot be renewed); a session another worker owns under a live lease gets
+    503 with the cookie naming that worker (``owned_elsewhere``); so does a write the store refuses
+    because another worker owns the row now (this worker's copy is dropped), and a request under way
+    while the lease lapsed is refused unwritten (the lapse dropped what it served from).
     """
 
     def __init__(
@@ -66,11 +86,20 @@ class WriteThrough:
             return
         session = scope["session"]
         session_id = session[SESSION_ID_KEY]
+        try:
+            await self.sessions.ensure_lease()
+        except StoreUnavailable as error:
+            await store_unavailable(error)(scope, receive, send)
+            return
+        epoch = self.sessions.epoch
         if not self.sessions.holds(session_id) and NEW_SESSION_SCOPE_KEY not in scope:
             try:
-                await self.sessions.take_up(session_id)
+                holder = await self.sessions.take_up(session_id)
             except (StoreUnavailable, ValueError) as error:  # not claimed, or not loaded: it stays in the store
                 await not_taken_up(error, f"Session {session_id}, restored into the store")(scope, receive, send)
+                return
+            if holder is not None:
+                await owned_elsewhere(session, holder)(scope, receive, send)
                 return
         if session.get(OWNER_KEY) != self.sessions.owner and self.sessions.holds(session_id):
             session[OWNER_KEY] = self.sessions.owner
@@ -85,6 +114,10 @@ class WriteThrough:
             if refused:
                 return  # the app's reply, in place of which the 503 went
             if message["type"] == "http.response.start":
+                if self.sessions.epoch != epoch:
+                    refused = True
+                    await (await self.moved(session, session_id))(scope, receive, send)
+                    return
                 if ends and 200 <= message["status"] < 300:
                     self.sessions.end(session_id)
                 try:
@@ -93,9 +126,32 @@ class WriteThrough:
                     refused = True
                     await store_unavailable(error)(scope, receive, send)
                     return
+                except SessionTaken:
+                    if self.sessions.lease is None:
+                        raise
+                    refused = True
+                    for touched_id in touched:
+                        self.sessions.drop(touched_id)
+                    await (await self.moved(session, session_id))(scope, receive, send)
+                    return
             await send(message)
 
         await self.app(scope, receive, send_after_writing)
+
+    async def moved(self, session: dict, session_id: str) -> JSONResponse:
+        """The reply for a request this worker may not acknowledge (its lease lapsed, or the store's row is
+        another worker's): 503 naming the session's owner in the store now, if it holds a live lease."""
+        try:
+            stored = await self.sessions.store.read(session_id)
+            holder = None if stored is None or stored.owner in (None, self.sessions.owner) else await self.sessions.holder(stored.owner)
+        except StoreUnavailable as error:
+            return store_unavailable(error)
+        if holder is not None and holder.live:
+            return owned_elsewhere(session, holder)
+        return retry_later(
+            f"This worker's owner lease of session {session_id} lapsed while it served this request, so the request "
+            "did not take effect; the session is as the store holds it. Retry it."
+        )
 
     def token_session(self, scope: Scope) -> list[str]:
         """The session of the request's token (the first header, as the MCP endpoint reads it), on ``/mcp``."""

@@ -79,7 +79,7 @@ async def test_a_claim_lost_to_a_live_worker_is_forwarded_to_the_winner(adopter,
     stored(store, "s", DEAD)
     claim = store.claim
 
-    async def raced(session: StoredSession, new_owner: str | None) -> bool:
+    async def raced(session: StoredSession, new_owner: str | None, owner_dead: bool = False) -> bool:
         monkeypatch.setattr(store, "claim", claim)
         assert await claim(session, LIVE)  # the winner's claim lands between this worker's read and its claim
         return await claim(session, new_owner)
@@ -92,7 +92,7 @@ async def test_a_claim_lost_to_a_live_worker_is_forwarded_to_the_winner(adopter,
 async def test_a_claim_the_store_cannot_commit_is_a_503_with_retry_after(adopter, store, monkeypatch):
     stored(store, "s", DEAD)
 
-    async def unavailable(session: StoredSession, new_owner: str | None) -> bool:
+    async def unavailable(session: StoredSession, new_owner: str | None, owner_dead: bool = False) -> bool:
         raise StoreUnavailable("database or disk is full")
 
     monkeypatch.setattr(store, "claim", unavailable)

@@ -8,6 +8,7 @@ import contextlib
 import inspect
 import multiprocessing
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from nemo_gym.durable import store as store_module
 from nemo_gym.durable.sqlite_store import SQLiteStore, store_path
 from nemo_gym.durable.store import SessionConflict, SessionStore, StoredSession, StoreError, StoreUnavailable, open_store
 from tests.full_filesystem import CAN_MOUNT, full, mounted_tmpfs
+from tests.postgres import Postgres, PostgresUnavailable
 from tests.unit_tests.durable.filling import commit_until_refused
 
 INSTANCE = "counter"
@@ -43,8 +45,60 @@ class SQLiteKind:
             yield str(path / f"{INSTANCE}.sqlite3"), lambda: full(path)
 
 
+class PostgreSQLKind:
+    """PostgreSQL: a fresh database per location, on one real server for the module (started on first use,
+    with a password); one that cannot commit is one whose server is stopped."""
+
+    name = "postgresql"
+
+    def __init__(self) -> None:
+        self.server: Postgres | None = None
+
+    def running(self) -> Postgres:
+        if self.server is None:
+            try:
+                self.server = Postgres(password="store-test-password")
+            except PostgresUnavailable as error:
+                pytest.skip(str(error))
+            self.server.start()
+        return self.server
+
+    @contextlib.contextmanager
+    def location(self, directory: Path) -> Iterator[str]:
+        server = self.running()
+        database = f"store_{uuid.uuid4().hex[:12]}"
+        server.psql(f"CREATE DATABASE {database}")
+        yield server.dsn(database=database)
+
+    @contextlib.contextmanager
+    def location_that_fails(self, directory: Path) -> Iterator[tuple[str, Callable[[], contextlib.AbstractContextManager]]]:
+        with self.location(directory) as location:
+            yield location, self.stopped
+
+    @contextlib.contextmanager
+    def stopped(self) -> Iterator[None]:
+        self.server.stop()
+        try:
+            yield
+        finally:
+            self.server.start()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
 # Every kind of store; a new kind is one more here.
-KINDS = [SQLiteKind()]
+KINDS = [SQLiteKind(), PostgreSQLKind()]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def servers() -> Iterator[None]:
+    """The module's one PostgreSQL server, stopped after its last test."""
+    yield
+    for each in KINDS:
+        if isinstance(each, PostgreSQLKind):
+            each.close()
 
 
 @pytest.fixture(params=KINDS, ids=lambda kind: kind.name)
@@ -191,13 +245,14 @@ async def test_a_write_or_claim_that_cannot_commit_raises_store_unavailable_writ
         try:
             await store.commit(ME, {"kept": "1"})
             await store.commit(DEAD, {"orphan": "7"})
+            orphan = await store.read("orphan")
             with cannot_commit():
                 await commit_until_refused(store)
                 with pytest.raises(StoreUnavailable):
                     await store.commit(ME, {"kept": "2"})
                 with pytest.raises(StoreUnavailable):
-                    await store.claim(await store.read("orphan"), ME)
-                assert (await store.read("kept")).state == "1" and (await store.read("orphan")).owner == DEAD
+                    await store.claim(orphan, ME)
+            assert (await store.read("kept")).state == "1" and (await store.read("orphan")).owner == DEAD
             await store.commit(ME, {"kept": "3"})
             assert (await store.read("kept")).state == "3"
             assert await store.claim(await store.read("orphan"), ME)

@@ -1,0 +1,328 @@
+"""The PostgreSQL session store (``store.SessionStore``, with ``lease.LeaseStore``): one database that the
+workers of every replica share, on any host, so a session outlives its host.
+
+Chosen by a location ``postgresql://`` (or ``postgres://``) ``user@host:port/database``, in libpq's URL
+form (its query may add any libpq parameter, such as ``sslmode``). The password may be in the URL, or,
+better, come from libpq's own sources: the ``PGPASSWORD`` environment variable, or a password file
+(``PGPASSFILE``, ``~/.pgpass``, or ``?passfile=...``). It is never printed: ``location`` is the URL
+without it, and the head endpoint and ``gym env resolve`` redact it (``nemo_gym.config.redaction``).
+
+The driver is psycopg 3: the store has both sync methods (``open``, ``export``, ``import_sessions``, for
+commands) and async ones on a request's path (``read``, ``commit``, ``claim``, and the lease's), and
+psycopg has a sync and an asyncio connection in one library, with libpq's handling of credentials and
+connection parameters; asyncpg is asyncio only, so commands would need a second driver or an event loop.
+
+Tables (shared by the instances of one database): ``nemo_gym_sessions`` holds one row per live session,
+keyed by instance and session id, with its owner, revision, state and expiry as SQLite's does;
+``nemo_gym_owner_leases`` one row per worker that holds a lease (``lease``): its incarnation, where its
+kernel's liveness proves it dead (``domain``), the keys its cookies carry, and when it expires, by the
+database's clock (every comparison of lease times is made by the database, so hosts' clocks never meet).
+
+A worker's writes go through one asyncio connection (made on first use, made again after it breaks),
+one operation at a time. ``commit`` is one statement, so one transaction: each session's row is written
+only if this worker owns it (or it is new) and, once the worker holds a lease, only while that lease, of
+the incarnation it renewed last, is unexpired; rows left as they were are returned as taken. ``claim``
+takes a row over by compare-and-set on owner and revision, and, unless the caller knows the owner dead,
+only once the owner's lease has expired: it locks the lease row (``FOR SHARE``) before it reads the
+expiry, and a renewal locks it (``FOR UPDATE``) before it checks the expiry, so of a claim and a
+renewal at once, the later one sees what the earlier one did (``lease`` says why that fences). Errors
+of the server or the connection (PostgreSQL down, a full disk) raise ``StoreUnavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from nemo_gym.durable.lease import LeaseHolder
+from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, SessionConflict, StoredSession, StoreError, StoreUnavailable
+
+logger = logging.getLogger(__name__)
+
+SESSIONS_TABLE = "nemo_gym_sessions"
+LEASES_TABLE = "nemo_gym_owner_leases"
+COLUMNS = ("instance", "session_id", "owner", "revision", "state", "expires_at")
+LEASE_COLUMNS = ("worker", "incarnation", "domain", "keys", "expires_at")
+# libpq's parameters the store sets unless the location does: a server that does not answer a connect
+# in this time, or leaves sent data unacknowledged this long (a partition), fails the operation.
+CONNECTION_DEFAULTS = {"connect_timeout": "5", "tcp_user_timeout": "10000", "application_name": "nemo_gym"}
+PURGE_INTERVAL_SECONDS = 3600
+# A lease expired this long ago is no worker's any more (its sessions were adopted or are adoptable).
+STALE_LEASE_SECONDS = 24 * 3600
+FAILURE_LOG_INTERVAL_SECONDS = 10
+# One worker at a time sets the schema up (CREATE TABLE IF NOT EXISTS races with itself).
+SCHEMA_LOCK = 7_366_105_010_021
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {SESSIONS_TABLE} (
+    instance text NOT NULL,
+    session_id text NOT NULL,
+    owner text,
+    revision bigint NOT NULL,
+    state text NOT NULL,
+    expires_at double precision NOT NULL,
+    PRIMARY KEY (instance, session_id)
+);
+CREATE INDEX IF NOT EXISTS {SESSIONS_TABLE}_by_expiry ON {SESSIONS_TABLE} (expires_at);
+CREATE TABLE IF NOT EXISTS {LEASES_TABLE} (
+    worker text PRIMARY KEY,
+    incarnation bigint NOT NULL,
+    domain text NOT NULL,
+    keys text NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+"""
+# The lease condition of ``commit``: the worker's lease, of the incarnation it renewed last, unexpired now.
+FENCE = f"(%(fence)s::bigint IS NULL OR EXISTS (SELECT 1 FROM {LEASES_TABLE} WHERE worker = %(owner)s AND incarnation = %(fence)s AND expires_at > clock_timestamp()))"
+COMMIT = f"""
+WITH input AS (SELECT * FROM unnest(%(ids)s::text[], %(states)s::text[]) AS i(session_id, state)),
+present AS (
+    SELECT s.session_id FROM {SESSIONS_TABLE} s JOIN input i USING (session_id) WHERE s.instance = %(instance)s AND i.state IS NULL
+),
+deleted AS (
+    DELETE FROM {SESSIONS_TABLE} s USING input i
+    WHERE s.instance = %(instance)s AND s.session_id = i.session_id AND i.state IS NULL AND s.owner IS NOT DISTINCT FROM %(owner)s AND {FENCE}
+    RETURNING s.session_id
+),
+written AS (
+    INSERT INTO {SESSIONS_TABLE} (instance, session_id, owner, revision, state, expires_at)
+    SELECT %(instance)s, i.session_id, %(owner)s, 1, i.state, %(expires_at)s FROM input i WHERE i.state IS NOT NULL AND {FENCE}
+    ON CONFLICT (instance, session_id) DO UPDATE SET revision = {SESSIONS_TABLE}.revision + 1, state = excluded.state,
+        expires_at = excluded.expires_at WHERE {SESSIONS_TABLE}.owner IS NOT DISTINCT FROM excluded.owner
+    RETURNING session_id
+)
+SELECT 'written', session_id FROM written UNION ALL SELECT 'deleted', session_id FROM deleted UNION ALL SELECT 'present', session_id FROM present
+"""
+
+
+def redacted(location: str) -> str:
+    """The location without a password (in its user part, or as a ``password`` parameter)."""
+    parts = urlsplit(location)
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, _, where = netloc.rpartition("@")
+        netloc = f"{user.partition(':')[0]}@{where}"
+    query = urlencode([(name, value) for name, value in parse_qsl(parts.query, keep_blank_values=True) if name != "password"])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+class PostgreSQLStore:
+    """One worker's (or one command's) connection to the shared store, for one instance."""
+
+    def __init__(self, location: str, instance_name: str, *, create: bool = True) -> None:
+        self.location = redacted(location)
+        self.instance = instance_name
+        try:
+            params = conninfo_to_dict(location)
+        except psycopg.ProgrammingError as error:
+            raise self.unusable(error) from None
+        self.params = {**CONNECTION_DEFAULTS, **params}
+        try:
+            self.db = psycopg.connect(**self.params, autocommit=True)
+        except psycopg.Error as error:
+            raise self.unusable(error) from None
+        try:
+            if create:
+                with self.db.transaction():
+                    self.db.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+                    self.db.execute(SCHEMA)
+            self.check_schema()
+            self.purge_expired()
+        except (psycopg.Error, StoreError) as error:
+            self.db.close()
+            raise error if isinstance(error, StoreError) else self.unusable(error) from None
+        self.connection: psycopg.AsyncConnection | None = None
+        self.lock: asyncio.Lock | None = None
+        # The incarnation of this worker's lease that its commits are fenced by (``lease``); None: no lease.
+        self.fence: int | None = None
+        self.next_purge = time.time() + PURGE_INTERVAL_SECONDS
+        self.failures = 0
+        self.failure_logged_at: float | None = None
+
+    @classmethod
+    def open(cls, location: str | None, instance_name: str, *, create: bool = True) -> PostgreSQLStore:
+        return cls(location, instance_name, create=create)
+
+    def unusable(self, error: Exception) -> StoreError:
+        return StoreError(f"the session store {self.location} of {self.instance!r} cannot be used: {str(error).strip()}")
+
+    def check_schema(self) -> None:
+        for table, expected in ((SESSIONS_TABLE, COLUMNS), (LEASES_TABLE, LEASE_COLUMNS)):
+            columns = [row[0] for row in self.db.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = %s ORDER BY ordinal_position",
+                (table,),
+            )]
+            if not columns:
+                raise StoreError(f"instance {self.instance!r} has no session store at {self.location} (no table {table})")
+            if columns != list(expected):
+                raise StoreError(f"the session store {self.location} cannot be used: its table {table} has the columns {columns}, not {list(expected)}")
+
+    def purge_expired(self) -> None:
+        self.db.execute(f"DELETE FROM {SESSIONS_TABLE} WHERE expires_at <= %s", (time.time(),))
+        self.db.execute(f"DELETE FROM {LEASES_TABLE} WHERE expires_at < clock_timestamp() - make_interval(secs => %s)", (STALE_LEASE_SECONDS,))
+
+    async def run(self, operation):
+        """``operation(connection)`` on this worker's asyncio connection, one at a time; the connection is
+        made on first use, and dropped when an operation fails (made again by the next). psycopg's errors
+        become ``StoreUnavailable``, reported at most once per ``FAILURE_LOG_INTERVAL_SECONDS``."""
+        if self.lock is None:
+            self.lock = asyncio.Lock()
+        async with self.lock:
+            try:
+                if self.connection is None or self.connection.closed:
+                    self.connection = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
+                result = await operation(self.connection)
+            except psycopg.Error as error:
+                await self.drop_connection()
+                self.failed(error)
+                raise StoreUnavailable(f"the session store {self.location} cannot commit: {str(error).strip()}") from error
+        if self.failure_logged_at is not None:
+            logger.warning("the session store %s commits again (%d more operations had failed)", self.location, self.failures)
+            self.failure_logged_at, self.failures = None, 0
+        return result
+
+    async def drop_connection(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            try:
+                await connection.close()
+            except psycopg.Error:
+                pass
+
+    def failed(self, error: Exception) -> None:
+        self.failures += 1
+        now = time.monotonic()
+        if self.failure_logged_at is None or now - self.failure_logged_at >= FAILURE_LOG_INTERVAL_SECONDS:
+            logger.error("the session store %s cannot commit (%d operations failed since the last report): %s", self.location, self.failures, str(error).strip())
+            self.failure_logged_at, self.failures = now, 0
+
+    async def read(self, session_id: str) -> StoredSession | None:
+        async def select(connection: psycopg.AsyncConnection):
+            cursor = await connection.execute(
+                f"SELECT session_id, owner, revision, state, expires_at FROM {SESSIONS_TABLE} WHERE instance = %s AND session_id = %s AND expires_at > %s",
+                (self.instance, session_id, time.time()),
+            )
+            return await cursor.fetchone()
+
+        row = await self.run(select)
+        return None if row is None else StoredSession(*row)
+
+    async def commit(self, owner: str | None, states: dict[str, str | None]) -> set[str]:
+        now = time.time()
+        params = {
+            "ids": list(states),
+            "states": list(states.values()),
+            "owner": owner,
+            "fence": self.fence if owner is not None else None,
+            "instance": self.instance,
+            "expires_at": now + SESSION_MAX_AGE_SECONDS,
+        }
+
+        async def write(connection: psycopg.AsyncConnection):
+            cursor = await connection.execute(COMMIT, params)
+            rows = await cursor.fetchall()
+            if now >= self.next_purge:
+                await connection.execute(f"DELETE FROM {SESSIONS_TABLE} WHERE expires_at <= %s", (now,))
+                self.next_purge = now + PURGE_INTERVAL_SECONDS
+            return rows
+
+        rows = await self.run(write)
+        done = {(kind, session_id) for kind, session_id in rows}
+        kept = {session_id for session_id, state in states.items() if state is not None and ("written", session_id) not in done}
+        undeleted = {session_id for kind, session_id in done if kind == "present" and ("deleted", session_id) not in done}
+        return kept | undeleted
+
+    async def claim(self, session: StoredSession, new_owner: str | None, owner_dead: bool = False) -> bool:
+        fenced = session.owner is not None and session.owner != new_owner and not owner_dead
+
+        async def take(connection: psycopg.AsyncConnection) -> bool:
+            async with connection.transaction():
+                if fenced:
+                    # Locked first, then read: a renewal under way commits before the expiry is looked at.
+                    await connection.execute(f"SELECT 1 FROM {LEASES_TABLE} WHERE worker = %s FOR SHARE", (session.owner,))
+                    cursor = await connection.execute(f"SELECT expires_at > clock_timestamp() FROM {LEASES_TABLE} WHERE worker = %s", (session.owner,))
+                    lease = await cursor.fetchone()
+                    if lease is not None and lease[0]:
+                        return False
+                cursor = await connection.execute(
+                    f"UPDATE {SESSIONS_TABLE} SET owner = %s, revision = revision + 1 "
+                    "WHERE instance = %s AND session_id = %s AND owner IS NOT DISTINCT FROM %s AND revision = %s",
+                    (new_owner, self.instance, session.session_id, session.owner, session.revision),
+                )
+                return cursor.rowcount == 1
+
+        return await self.run(take)
+
+    async def renew_lease(self, worker: str, incarnation: int | None, domain: str, keys: dict, seconds: float) -> int:
+        """Extend ``worker``'s lease of ``incarnation`` by ``seconds`` from now, if it has not expired; else
+        (expired, taken away, or never held) take a new one: the incarnation held now either way. Commits
+        are fenced by it from now on."""
+
+        async def renew(connection: psycopg.AsyncConnection) -> int:
+            async with connection.transaction():
+                if incarnation is not None:
+                    # Locked first, then checked: a claim under way (``claim``) commits before the expiry is looked at.
+                    await connection.execute(f"SELECT 1 FROM {LEASES_TABLE} WHERE worker = %s FOR UPDATE", (worker,))
+                    cursor = await connection.execute(
+                        f"UPDATE {LEASES_TABLE} SET expires_at = clock_timestamp() + make_interval(secs => %s) "
+                        "WHERE worker = %s AND incarnation = %s AND expires_at > clock_timestamp()",
+                        (seconds, worker, incarnation),
+                    )
+                    if cursor.rowcount == 1:
+                        return incarnation
+                fresh = secrets.randbits(62)
+                await connection.execute(
+                    f"INSERT INTO {LEASES_TABLE} (worker, incarnation, domain, keys, expires_at) "
+                    "VALUES (%s, %s, %s, %s, clock_timestamp() + make_interval(secs => %s)) ON CONFLICT (worker) DO UPDATE "
+                    "SET incarnation = excluded.incarnation, domain = excluded.domain, keys = excluded.keys, expires_at = excluded.expires_at",
+                    (worker, fresh, domain, json.dumps(keys), seconds),
+                )
+                return fresh
+
+        self.fence = await self.run(renew)
+        return self.fence
+
+    async def lease_of(self, worker: str) -> LeaseHolder | None:
+        async def select(connection: psycopg.AsyncConnection):
+            cursor = await connection.execute(f"SELECT domain, keys, expires_at > clock_timestamp() FROM {LEASES_TABLE} WHERE worker = %s", (worker,))
+            return await cursor.fetchone()
+
+        row = await self.run(select)
+        return None if row is None else LeaseHolder(worker, row[0], json.loads(row[1]), row[2])
+
+    async def release_lease(self, worker: str, incarnation: int) -> None:
+        async def delete(connection: psycopg.AsyncConnection) -> None:
+            await connection.execute(f"DELETE FROM {LEASES_TABLE} WHERE worker = %s AND incarnation = %s", (worker, incarnation))
+
+        await self.run(delete)
+        self.fence = None
+
+    def export(self) -> list[StoredSession]:
+        rows = self.db.execute(
+            f"SELECT session_id, owner, revision, state, expires_at FROM {SESSIONS_TABLE} WHERE instance = %s AND expires_at > %s ORDER BY session_id",
+            (self.instance, time.time()),
+        ).fetchall()
+        return [StoredSession(*row) for row in rows]
+
+    def import_sessions(self, sessions: list[StoredSession]) -> None:
+        with self.db.transaction():
+            for session in sessions:
+                try:
+                    self.db.execute(
+                        f"INSERT INTO {SESSIONS_TABLE} (instance, session_id, owner, revision, state, expires_at) VALUES (%s, %s, %s, %s, %s, %s)",
+                        (self.instance, session.session_id, session.owner, session.revision, session.state, session.expires_at),
+                    )
+                except psycopg.errors.UniqueViolation:
+                    raise SessionConflict(f"the store {self.location} already holds session {session.session_id}") from None
+
+    def close(self) -> None:
+        self.db.close()
+        if self.connection is not None and not self.connection.closed:
+            # Its event loop may be gone (a worker shutting down): the socket goes with the object.
+            self.connection.pgconn.finish()
