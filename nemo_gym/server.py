@@ -24,7 +24,7 @@ from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.checkpoint import CheckpointAdmin, CheckpointGate, Gate
 from nemo_gym.durable.keeper import DurableSessions
-from nemo_gym.durable.lease import LeaseStore, OwnerLease, liveness_domain
+from nemo_gym.durable.lease import RENEWALS_PER_LEASE, LeaseStore, OwnerLease, liveness_domain
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import open_store
 from nemo_gym.durable.write_through import WriteThrough
@@ -263,6 +263,8 @@ class SimpleServer(BaseModel):
         if durable is not None and isinstance(durable.store, LeaseStore):
             keys = self.replica_keys or {}
             durable.lease = OwnerLease(durable.store, self._worker_id, liveness_domain(socket_dir), keys, self.config.owner_lease_seconds, durable.lapse)
+            self._forwarder.owner_expired = durable.owner_expired
+            self._forwarder.expiry_check_seconds = durable.lease.seconds / RENEWALS_PER_LEASE
         # Inside the sessions: the durable write-through, then the errors answered as JSON.
         inner = [Middleware(ServerErrorsAsJson)]
         # Durable sessions can be checkpointed (``gym sessions checkpoint``): the host's workers share a gate.
@@ -278,6 +280,8 @@ class SimpleServer(BaseModel):
         owners = OwnerReader(self.session_options, token_serializer(self.secret))
         lost = LostWithOwner() if durable is None else Adopter(durable, self._transport.is_alive)
         replicas = None if self._replicas is None else Forwarder(self._replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS)
+        if replicas is not None and durable is not None and durable.lease is not None:
+            replicas.owner_expired, replicas.expiry_check_seconds = self._forwarder.owner_expired, self._forwarder.expiry_check_seconds
         router = self._router = SessionRouter(local, self._worker_id, owners, self._forwarder, self._placement, lost, self._replica, replicas)
         if gate is not None:
             return BodyLimit(CheckpointAdmin(router, gate, self.name, self.secret, self.config.session_store), self.config.max_body_bytes)

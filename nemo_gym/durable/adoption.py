@@ -37,15 +37,15 @@ class Adopter:
         session_id = session_id_of(session)
         try:
             while (stored := await self.stored(session_id)) is not None and stored.owner != self.sessions.owner:
-                local = self.sessions.lease is None or stored.owner is None
-                if not local:
-                    holder = await self.sessions.holder(stored.owner)
-                    local = holder is not None and holder.domain == self.sessions.lease.domain
-                    if not local and holder is not None and holder.live:
-                        return ServeHere()
-                if local and stored.owner != owner and is_worker_id(stored.owner) and self.is_alive(stored.owner):
+                holder = None if self.sessions.lease is None or stored.owner is None else await self.sessions.holder(stored.owner)
+                # Where the kernel's word counts: no leases (one host), or an owner of this worker's domain.
+                local = self.sessions.lease is None or stored.owner is None or (holder is not None and holder.domain == self.sessions.lease.domain)
+                alive = local and is_worker_id(stored.owner) and self.is_alive(stored.owner)
+                if alive and stored.owner != owner:
                     return ForwardTo(stored.owner)
-                if await self.sessions.adopt(stored, owner_dead=local):
+                if holder is not None and holder.live and (alive or not local):
+                    return ServeHere()  # held under a live lease: the write-through answers 503 naming the holder
+                if await self.sessions.adopt(stored, owner_dead=local and not alive):
                     break
         except (StoreUnavailable, ValueError) as error:  # not claimed, or not loaded: the dead owner's still
             return Reply(not_taken_up(error, f"Session {session_id} of dead worker {owner}"))

@@ -6,7 +6,7 @@ import asyncio
 
 from nemo_gym.durable.lease import LeaseHolder, LeaseStore, OwnerLease
 from nemo_gym.durable.states import DurableState
-from nemo_gym.durable.store import SessionStore, SessionTaken, StoredSession
+from nemo_gym.durable.store import SessionStore, SessionTaken, StoredSession, StoreUnavailable
 
 
 class DurableSessions:
@@ -150,6 +150,14 @@ class DurableSessions:
         """``worker``'s lease in the store (a store with leases only)."""
         assert isinstance(self.store, LeaseStore)
         return await self.store.lease_of(worker)
+
+    async def owner_expired(self, worker: str) -> bool:
+        """Whether ``worker``'s lease has expired (a store down, or a worker with no lease: not known to have)."""
+        try:
+            holder = await self.holder(worker)
+        except StoreUnavailable:
+            return False
+        return holder is not None and not holder.live
 
     async def adopt(self, session: StoredSession, owner_dead: bool = False) -> bool:
         """Take over a session as read from the store (a dead owner's: ``owner_dead`` if the kernel proved it,

@@ -7,6 +7,8 @@ decides what the caller gets then.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
 
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
@@ -43,11 +45,21 @@ class OwnerBusy(Exception):
 
 
 class Forwarder:
-    """Sends requests to owner workers over the transport's kept-alive connections."""
+    """Sends requests to owner workers over the transport's kept-alive connections.
+
+    ``owner_expired`` (set where owners hold leases in a store shared across hosts, ``nemo_gym.durable.lease``):
+    while a forwarded request waits for its reply to start, it is asked every ``expiry_check_seconds``
+    whether the owner worker's lease has expired; a frozen owner's kernel takes the request and nothing
+    answers, so once its lease has expired the forward is given up as ``OwnerGone`` (the request is
+    replayed to whoever serves in its place). The owner, if it wakes, finds its lease lapsed and refuses
+    the request it was sent, unwritten (``durable.lease``, fencing), so the request takes effect once.
+    """
 
     def __init__(self, transport: Transport, busy_wait_seconds: float = BUSY_OWNER_WAIT_SECONDS) -> None:
         self.transport = transport
         self.busy_wait_seconds = busy_wait_seconds
+        self.owner_expired: Callable[[str], Awaitable[bool]] | None = None
+        self.expiry_check_seconds = 1.0
 
     async def forward(
         self,
@@ -57,10 +69,11 @@ class Forwarder:
         send: Send,
         busy_wait_seconds: float | None = None,
         headers: tuple[tuple[bytes, bytes], ...] = (),
+        worker: str | None = None,
     ) -> None:
         """Forward (with ``headers`` added: a replica's credential) and stream back; raises ``OwnerGone``,
         ``OwnerDied`` or ``OwnerBusy``, with nothing sent, if it cannot; a 502 for a live owner whose
-        connection broke before its reply started.
+        connection broke before its reply started. ``worker``: the owner worker whose lease counts (default: ``owner``).
 
         A caller that leaves cancels it. Only a dead owner's kept connections are dropped: closing a
         live owner's would abort the requests it is serving.
@@ -68,7 +81,7 @@ class Forwarder:
         busy_wait_seconds = self.busy_wait_seconds if busy_wait_seconds is None else busy_wait_seconds
         exchange = Exchange(scope, receive, send, headers)
         try:
-            await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body, busy_wait_seconds))
+            await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body, busy_wait_seconds, worker or owner))
         except OwnerGone as gone:
             self.transport.forget(owner)
             gone.replay = exchange.replay()
@@ -84,7 +97,7 @@ class Forwarder:
             detail = f"Forwarding to worker {owner}, which owns this session, failed: {error!r}"
             await JSONResponse(status_code=502, content={"detail": detail})(scope, receive, send)
 
-    async def relay_when_reachable(self, owner: str, exchange: Exchange, body: RequestBody, busy_wait_seconds: float) -> None:
+    async def relay_when_reachable(self, owner: str, exchange: Exchange, body: RequestBody, busy_wait_seconds: float, worker: str) -> None:
         """Relay, retrying while the owner lives but cannot take the connection yet (its backlog is full).
 
         A request the owner provably did not take (``OwnerConnection.unread``: a kept connection it
@@ -111,7 +124,7 @@ class Forwarder:
                 continue
             kept = False
             try:
-                kept = await exchange.relay(connection, body)
+                kept = await self.relay_watched(owner, worker, exchange, connection, body)
             except ConnectionBroken:
                 if connection.timed_out and not exchange.started:
                     raise OwnerBusy(owner) from None  # the owner's host acknowledged nothing for a while: silent
@@ -125,3 +138,19 @@ class Forwarder:
                 else:
                     connection.close()
             return
+
+    async def relay_watched(self, owner: str, worker: str, exchange: Exchange, connection, body: RequestBody) -> bool:
+        """``exchange.relay``, given up as ``OwnerGone`` if ``worker``'s lease expires before the reply starts."""
+        if self.owner_expired is None:
+            return await exchange.relay(connection, body)
+        relaying = asyncio.ensure_future(exchange.relay(connection, body))
+        try:
+            while not (await asyncio.wait({relaying}, timeout=self.expiry_check_seconds))[0]:
+                if not exchange.started and exchange.replayable() and await self.owner_expired(worker):
+                    raise OwnerGone(owner)
+            return await relaying
+        finally:
+            if not relaying.done():
+                relaying.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await relaying

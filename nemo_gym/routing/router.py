@@ -123,7 +123,7 @@ class SessionRouter:
         credential = transport.credentials.header(scope, replica, owner)
         decision: Decision
         try:
-            await self.replicas.forward(address, scope, receive, send, headers=(credential,))
+            await self.replicas.forward(address, scope, receive, send, headers=(credential,), worker=owner)
             return
         except OwnerGone as gone:
             receive = gone.replay or receive

@@ -22,3 +22,9 @@ def test_the_original_is_left_as_it_was():
     config = {"a": {"secret": "s"}}
     redact(config)
     assert config == {"a": {"secret": "s"}}
+
+
+def test_a_urls_password_is_replaced_and_the_rest_of_it_kept_as_a_session_store_that_carries_one():
+    config = {"counter": {"resources_servers": {"x": {"session_store": "postgresql://gym:p%40ss@db:5432/gym?sslmode=require&password=two"}}}}
+    assert redact(config)["counter"]["resources_servers"]["x"]["session_store"] == f"postgresql://gym:{REDACTED}@db:5432/gym?sslmode=require&password={REDACTED}"
+    assert redact({"session_store": "postgresql://gym@db/gym", "url": "http://host:1/path"}) == {"session_store": "postgresql://gym@db/gym", "url": "http://host:1/path"}

@@ -1,0 +1,216 @@
+"""Durable sessions in a PostgreSQL store (a real server, tests/postgres.py), the counter at 4 workers on one host.
+
+One PostgreSQL (with a password, given in the location) and one counter for the module. A SIGKILLed
+worker's sessions are adopted, and all 200 episodes score; a worker SIGSTOPped past its owner lease has
+its sessions adopted by the others (the forwards waiting on it given up), and when it wakes, the
+requests it had taken get 503 with the cookie naming the adopter, which then serves them; PostgreSQL
+stopped for 5 s refuses every increment with 503 and Retry-After, and then all goes on. Every count
+read is the sum of the increments acknowledged, per session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+import urllib.request
+from urllib.parse import quote
+from collections import Counter
+from collections.abc import Iterator
+
+import aiohttp
+import pytest
+
+from nemo_gym import config as gym_config
+from nemo_gym.process.launcher import Launcher
+from nemo_gym.routing.worker import WORKER_HEADER
+from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
+from tests.e2e.session_routing.test_durable_sessions import COUNTER, EPISODES, SECRET, add, all_score, counter_config, kill, seed, verify
+from tests.postgres import Postgres, PostgresUnavailable
+from tests.session_cookies import cookie_owner
+
+PASSWORD = "pg-e2e-pass:word"
+LEASE_SECONDS = 2.0
+SESSIONS = 40
+DOWN_SECONDS = 5
+# Bounds, never expectations.
+REQUEST_TIMEOUT_SECONDS = 120
+MAX_ROUNDS = 200
+CONNECTIONS_TO_FIND_A_WORKER = 64
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[Postgres]:
+    try:
+        server = Postgres(password=PASSWORD)
+    except PostgresUnavailable as error:
+        pytest.skip(str(error))
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def counter(postgres: Postgres, tmp_path_factory) -> Iterator[Launcher]:
+    config = counter_config(4, session_store=postgres.dsn(), owner_lease_seconds=LEASE_SECONDS)
+    env = {"NEMO_GYM_STATE_DIR": str(tmp_path_factory.mktemp("pg_state"))}
+    launcher = Launcher(gym_config.parse(config), gym_config.free_port(), env).start(120)
+    yield launcher
+    launcher.stop()
+
+
+class Session:
+    """One counter session of a test: its cookies, and the increments the server acknowledged."""
+
+    def __init__(self, jar: dict[str, str], count: int) -> None:
+        self.jar = jar
+        self.count = count
+        # The owner the latest reply's Set-Cookie named (None: it set none).
+        self.named: str | None = None
+
+    async def post(self, http: aiohttp.ClientSession, url: str, path: str, body: dict) -> tuple[int, dict, dict]:
+        async with http.post(f"{url}{path}", json=body, cookies=self.jar) as reply:
+            cookies = {key: morsel.value for key, morsel in reply.cookies.items()}
+            self.jar.update(cookies)
+            self.named = cookie_owner(cookies, COUNTER, SECRET)
+            return reply.status, dict(reply.headers), await reply.json(content_type=None)
+
+    async def increment(self, http: aiohttp.ClientSession, url: str) -> tuple[int, dict]:
+        status, headers, body = await self.post(http, url, "/increment_counter", {"count": 1})
+        if status == 200:
+            self.count += 1
+        return status, headers
+
+    async def read(self, http: aiohttp.ClientSession, url: str) -> int | None:
+        """The count the server reads (None for a refusal), checked against the acknowledged increments."""
+        status, _, body = await self.post(http, url, "/get_counter_value", {})
+        if status != 200:
+            return None
+        assert body["count"] == self.count, (body, self.count)
+        return body["count"]
+
+
+def fresh_connections() -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(force_close=True), cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
+    )
+
+
+async def seeded(url: str, count: int) -> list[Session]:
+    async with fresh_connections() as http:
+
+        async def one(number: int) -> Session:
+            session = Session({}, number)
+            status, _, body = await session.post(http, url, "/seed_session", {"initial_count": number})
+            assert status == 200, body
+            return session
+
+        return await asyncio.gather(*(one(number) for number in range(count)))
+
+
+def test_the_served_config_names_the_store_without_its_password(counter, postgres):
+    with urllib.request.urlopen(f"{counter.head_url}/global_config", timeout=30) as reply:
+        served = reply.read().decode()
+    store = json.loads(served)[COUNTER]["resources_servers"][COUNTER]["session_store"]
+    assert PASSWORD not in served and quote(PASSWORD, safe="") not in served and store == postgres.dsn(password="<redacted>").replace("%3C", "<").replace("%3E", ">")
+
+
+def test_200_sessions_score_and_a_sigkilled_workers_are_adopted_with_no_acknowledged_increment_lost(counter):
+    jars = seed(counter)
+    assert [status for status, _ in add(counter, jars, 1)] == [200] * EPISODES
+    victim, held = Counter(cookie_owner(jar, COUNTER, SECRET) for jar in jars).most_common(1)[0]
+    kill(counter, victim)
+
+    assert [status for status, _ in add(counter, jars, 2)] == [200] * EPISODES
+    assert victim not in {cookie_owner(jar, COUNTER, SECRET) for jar in jars}, "every reply's Set-Cookie names a live owner"
+    verdicts = verify(counter, jars)
+    assert held > 1 and all_score(verdicts), [body for status, body in verdicts if status != 200][:3]
+
+
+def test_while_postgresql_is_down_increments_get_503_with_retry_after_and_then_all_goes_on(counter, postgres):
+    url = counter.instances[COUNTER].url
+
+    async def scenario() -> tuple[list[tuple[int, dict]], list[int]]:
+        sessions = await seeded(url, SESSIONS)
+        async with fresh_connections() as http:
+            postgres.stop()
+            refused: list[tuple[int, dict]] = []
+            deadline = time.monotonic() + DOWN_SECONDS
+            try:
+                while time.monotonic() < deadline:
+                    refused += await asyncio.gather(*(session.increment(http, url) for session in sessions))
+            finally:
+                postgres.start()
+            for _ in range(MAX_ROUNDS):
+                statuses = [status for status, _ in await asyncio.gather(*(session.increment(http, url) for session in sessions))]
+                if statuses == [200] * SESSIONS:
+                    break
+            counts = await asyncio.gather(*(session.read(http, url) for session in sessions))
+        return refused, counts
+
+    refused, counts = asyncio.run(scenario())
+    assert refused and {status for status, _ in refused} == {503} and all(headers.get("Retry-After") for _, headers in refused)
+    assert None not in counts  # each read equals that session's acknowledged increments (Session.read)
+
+
+async def connection_to(url: str, worker: str, session: Session) -> aiohttp.ClientSession:
+    """A client whose one kept-alive connection is served by ``worker`` (found by trying new ones)."""
+    for _ in range(CONNECTIONS_TO_FIND_A_WORKER):
+        http = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=1), cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
+        )
+        async with http.post(f"{url}/get_counter_value", json={}, cookies=session.jar) as reply:
+            await reply.read()
+            if reply.headers[WORKER_HEADER] == worker:
+                return http
+        await http.close()
+    raise AssertionError(f"no connection of {CONNECTIONS_TO_FIND_A_WORKER} was served by worker {worker}")
+
+
+def worker_pid(launcher: Launcher, owner: str) -> int:
+    """``worker_pid_of_owner``, again if a descriptor it was reading closed meanwhile."""
+    for _ in range(10):
+        try:
+            return worker_pid_of_owner(launcher.processes[COUNTER].pid, owner)
+        except FileNotFoundError:
+            time.sleep(0.1)
+    raise LookupError(f"no worker serves {owner}")
+
+
+def test_a_worker_frozen_past_its_lease_loses_its_sessions_to_the_adopters_and_its_stale_requests_get_503_naming_them(counter):
+    url = counter.instances[COUNTER].url
+
+    async def scenario():
+        sessions = await seeded(url, SESSIONS)
+        owners = [cookie_owner(session.jar, COUNTER, SECRET) for session in sessions]
+        frozen, _ = Counter(owners).most_common(1)[0]
+        held = [session for session, owner in zip(sessions, owners) if owner == frozen]
+        pid = worker_pid(counter, frozen)
+        stale_client = await connection_to(url, frozen, held[0])
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # Taken by the frozen worker's kernel, on its own connection: it reads it only when it wakes.
+            stale = asyncio.ensure_future(held[0].increment(stale_client, url))
+            async with fresh_connections() as http:
+                # The others forward to it, give up once its lease has expired, adopt and serve.
+                # held[0] too, by a read: its stale increment waits in the frozen worker meanwhile.
+                adopted, _ = await asyncio.gather(
+                    asyncio.gather(*(session.increment(http, url) for session in held[1:])), held[0].read(http, url)
+                )
+                await asyncio.sleep(LEASE_SECONDS)
+                os.kill(pid, signal.SIGCONT)
+                stale_reply = await stale
+                adopter = held[0].named
+                again = await held[0].increment(stale_client, url)
+                counts = await asyncio.gather(*(session.read(http, url) for session in sessions))
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            await stale_client.close()
+        return frozen, held, adopted, stale_reply, adopter, again, counts, [cookie_owner(session.jar, COUNTER, SECRET) for session in held]
+
+    frozen, held, adopted, (stale_status, stale_headers), adopter, (again_status, _), counts, owners_after = asyncio.run(scenario())
+    assert len(held) > 2 and [status for status, _ in adopted] == [200] * (len(held) - 1)
+    assert frozen not in owners_after[1:], "the adopters' replies name themselves"
+    assert (stale_status, stale_headers.get("Retry-After")) == (503, "1") and adopter not in (None, frozen), (stale_status, adopter)
+    assert again_status == 200 and None not in counts  # each read equals that session's acknowledged increments
