@@ -13,7 +13,8 @@
   ``verify``, verifies with that count expected, 503s retried as above, until ``seconds`` more have
   passed). Per session: its start, the Cookie header it sent last, each request's ``[path, status,
   Retry-After, detail]``, the monotonic time each reply came (``times``), the count read back and
-  the verify's reward (``reward``, None without ``verify``). With ``"report_seeded": true`` the line
+  the verify's reward (``reward``, None without ``verify``). With ``"hold": true`` the counts are read
+  only once a second line comes on stdin. With ``"report_seeded": true`` the line
   after ``ready`` is the JSON list of each session's Cookie header once seeded and added to.
 - ``stale``: ``{"adopt_url", "stale_url", "cookies", "seconds"}``: per session, adds 1 at ``adopt_url``
   until it is served, then once at ``stale_url`` with the cookie it had before (stale), a 503 tried
@@ -68,9 +69,11 @@ def episodes(client: str, url: str, episodes: int) -> list[dict[str, Any]]:
     return asyncio.run(run_episodes(CLIENTS[client], url, [START + number for number in range(episodes)], True, episodes))
 
 
-async def sessions(url: str, sessions: int, seconds: float, think: float, verify: bool = False, report_seeded: bool = False) -> list[dict[str, Any]]:
+async def sessions(
+    url: str, sessions: int, seconds: float, think: float, verify: bool = False, report_seeded: bool = False, hold: bool = False
+) -> list[dict[str, Any]]:
     async with shared_aiohttp(replace=False)(url, True) as open_session:
-        go = asyncio.Event()
+        go, read = asyncio.Event(), asyncio.Event()
 
         async def one(start: int, ready: asyncio.Event) -> dict[str, Any]:
             async with open_session() as post:
@@ -99,6 +102,7 @@ async def sessions(url: str, sessions: int, seconds: float, think: float, verify
                         await asyncio.sleep(think)
                     else:
                         return record
+                await read.wait()
                 reply = await post("/get_counter_value", {})
                 record["count"] = reply.body.get("count") if reply.status == 200 else f"{reply.status}: {reply.body}"
                 began = time.monotonic()
@@ -119,6 +123,9 @@ async def sessions(url: str, sessions: int, seconds: float, think: float, verify
             print(json.dumps(seeded), flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         go.set()
+        if hold:
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        read.set()
         return await asyncio.gather(*tasks)
 
 

@@ -105,8 +105,10 @@ def test_a_host_frozen_past_its_lease_loses_no_acknowledged_write_and_its_stale_
         out, err = stale[0][1].communicate(timeout=STALE_TIMEOUT_SECONDS)
         assert stale[0][1].returncode == 0, err[-3000:]
         stale[0] = (stale[0][0], json.loads(out.splitlines()[-1]))
+        client.stdin.write("read\n")  # the counts are read once every stale increment is answered
+        client.stdin.flush()
 
-    records = run_sessions(shared, SESSIONS, FREEZE_SECONDS + AFTER_THAW_SECONDS, freeze_past_the_lease, verify=True, report_seeded=True)
+    records = run_sessions(shared, SESSIONS, FREEZE_SECONDS + AFTER_THAW_SECONDS, freeze_past_the_lease, verify=True, report_seeded=True, hold=True)
     (mine, answers), = stale
     ended = {record["start"]: statuses(record) for record in records if set(statuses(record)) - {200, 503}}
     assert ended == {}
