@@ -20,6 +20,7 @@ import pytest
 
 from tests.e2e.hosts.conftest import COUNTER, PUBLIC_PORT, REPLICA_HOSTS, SESSION_SECRET, START_TIMEOUT_SECONDS, ReplicaSet, counter_config
 from tests.e2e.hosts.test_replicas_across_hosts import THINK_SECONDS, increments, owner_host, run_sessions, statuses
+from tests.e2e.hosts.test_restore_across_hosts import session_id
 from tests.hosts import CLIENT_MODULE, Host, Hosts, start_balancer, start_gym
 from tests.postgres import Postgres, PostgresUnavailable
 
@@ -78,6 +79,49 @@ def seeded_cookies(client) -> list[str]:
 
 def host_of(replicas: ReplicaSet, cookie: str) -> str | None:
     return owner_host(replicas, {"cookie": cookie})
+
+
+@pytest.mark.xfail(
+    reason="open (found by this test, in the shared store's keeper or leases): under load (load average 15) rows of live "
+    "sessions vanish from PostgreSQL for a while (200 rows, then 130 right after the checkpoint; later writes make them again), "
+    "so the export misses them: 137-177 of 200 in 3 of 5 runs",
+    strict=False,
+)
+def test_a_checkpoint_of_the_live_run_on_three_hosts_holds_every_acknowledged_increment(shared):
+    """``gym sessions checkpoint`` given each replica's URL, run on the client's host while 200 sessions add 1
+    every second through the balancer: every replica pauses, the shared store is exported once per replica
+    (the rows merged), the file written, every replica resumed; the run goes on."""
+    client_host = shared.client
+    client_host.path("/tmp/secret").write_text(SESSION_SECRET)
+    client_host.path("/tmp/secret").chmod(0o600)
+    urls = [arg for host in shared.replicas for arg in ("--url", f"http://{host.name}:{PUBLIC_PORT}")]
+    taken: list = []
+
+    def checkpoint(client) -> None:
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        time.sleep(2 * THINK_SECONDS)
+        began = time.monotonic()
+        command = client_host.python(
+            "-m", "nemo_gym.cli.main", "sessions", "checkpoint", "--instance", COUNTER, *urls, "--output", "/tmp/checkpoint.json",
+            "--secret-file", "/tmp/secret", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        out, _ = command.communicate(timeout=STALE_TIMEOUT_SECONDS)
+        taken.append((began, command.returncode, out))
+
+    records = run_sessions(shared, SESSIONS, 6 * THINK_SECONDS, checkpoint, verify=True)
+    (began, code, out), = taken
+    assert code == 0 and f"checkpointed {SESSIONS} sessions of {COUNTER} from 3 replicas" in out, out
+    assert {status for record in records for status in statuses(record)} <= {200, 503}
+    assert [step for record in records for step in record["steps"] if step[1] == 503 and not step[2]] == []
+    saved = {row["session_id"]: int(row["state"]) for row in json.loads(client_host.path("/tmp/checkpoint.json").read_text())["sessions"]}
+    outside = {}
+    for record in records:
+        acked = [at for at, step in zip(record["times"], record["steps"]) if step[0] == "/increment_counter" and step[1] == 200]
+        in_file = saved[session_id(record)] - record["start"]
+        if not sum(at < began for at in acked) <= in_file <= len(acked) or not exact(record):
+            outside[record["start"]] = (sum(at < began for at in acked), in_file, len(acked), record["count"], record["reward"])
+    assert outside == {}
 
 
 def test_a_host_frozen_past_its_lease_loses_no_acknowledged_write_and_its_stale_requests_are_fenced(shared):
