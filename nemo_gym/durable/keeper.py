@@ -117,12 +117,25 @@ class DurableSessions:
         self.states.end(session_id)
         self.written.pop(session_id, None)
 
-    def lapse(self) -> None:
-        """The lease lapsed (``durable.lease``, rule 2): drop every session held; each is taken up again from the store."""
+    async def lapse(self) -> None:
+        """The lease lapsed (``durable.lease``, rule 2): requests and groups under way are refused (a new
+        epoch); the sessions whose rows no longer name this worker are dropped (all, if the store cannot say)."""
         self.epoch += 1
-        for session_id in {*self.written, *self.pending}:
-            self.states.end(session_id)
-        self.written.clear()
+        try:
+            mine = await self.store.owned(self.owner)
+        except StoreUnavailable:
+            mine = set()
+        for session_id in {*self.written, *self.pending} - mine:
+            self.drop(session_id)
+
+    def revert(self, session_ids: list[str]) -> None:
+        """A request refused unwritten: its sessions go back, in memory, to what the store holds."""
+        for session_id in session_ids:
+            stored = self.written.get(session_id)
+            if stored is None:
+                self.states.end(session_id)
+            else:
+                self.states.restore(session_id, stored)
 
     async def ensure_lease(self) -> None:
         """Return once this worker may serve the sessions it holds; raises ``StoreUnavailable``."""

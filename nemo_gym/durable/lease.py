@@ -18,10 +18,12 @@ a long pause, a partition) past its lease, whose sessions were meanwhile adopted
    expiry, which the store set from the moment it got the renewal. Past it (a frozen worker wakes with
    its monotonic clock advanced), the request waits for a renewal first (``ensure``).
 2. A renewal extends the lease only if it has not expired, in the store's clock; otherwise the worker
-   gets a new incarnation and has lapsed: it drops every session it holds in memory (``on_lapse``), and
-   takes each up again from the store on its next request: still its own row, it goes on with the
-   stored state; another worker's, the request answers 503 with the cookie naming that worker.
-   Requests under way across the lapse, and commits gathered before it, are refused (503) unwritten.
+   gets a new incarnation and has lapsed (``on_lapse``): it drops from memory every session whose row
+   no longer names it (another worker claimed it: its next request answers 503 with the cookie naming
+   that worker); a row that still names it was never claimed (only its owner sets a row's owner to
+   itself, and a claim restores memory from the row), so what it holds of that session is the latest.
+   Requests under way across the lapse, and commits gathered before it, are refused (503) unwritten,
+   and what they changed in memory is undone.
 3. A commit writes a row only if the worker still owns it (so an adopter's claim makes the old owner's
    writes fail) and only while the lease of the incarnation it renewed last is unexpired (so a worker
    that lapsed writes nothing until it has renewed, and dropped what it held).
@@ -41,7 +43,7 @@ import contextlib
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -80,6 +82,9 @@ class LeaseStore(Protocol):
     async def lease_of(self, worker: str) -> LeaseHolder | None:
         """The worker's lease, or None (it never held one, or let it go)."""
 
+    async def owned(self, worker: str) -> set[str]:
+        """The sessions whose rows name ``worker`` as their owner now."""
+
     async def release_lease(self, worker: str, incarnation: int) -> None:
         """Let the lease go: the worker's sessions may be claimed at once."""
 
@@ -94,7 +99,7 @@ def liveness_domain(socket_dir: str) -> str:
 class OwnerLease:
     """One worker's lease: renewed in the background (``keep``), checked before serving (``ensure``)."""
 
-    def __init__(self, store: LeaseStore, worker: str, domain: str, keys: dict, seconds: float, on_lapse: Callable[[], None]) -> None:
+    def __init__(self, store: LeaseStore, worker: str, domain: str, keys: dict, seconds: float, on_lapse: Callable[[], Awaitable[None]]) -> None:
         self.store = store
         self.worker = worker
         self.domain = domain
@@ -134,8 +139,8 @@ class OwnerLease:
             lapsed = self.incarnation is not None
             self.incarnation = held
             if lapsed:
-                logger.warning("worker %s: its owner lease had expired; it drops the sessions it held, and takes each up again from the store", self.worker)
-                self.on_lapse()
+                logger.warning("worker %s: its owner lease had expired; it keeps only the sessions whose rows still name it", self.worker)
+                await self.on_lapse()
         self.valid_until = sent + VALID_SHARE * self.seconds
 
     async def keep(self) -> None:

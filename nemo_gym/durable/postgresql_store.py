@@ -18,8 +18,8 @@ keyed by instance and session id, with its owner, revision, state and expiry as 
 kernel's liveness proves it dead (``domain``), the keys its cookies carry, and when it expires, by the
 database's clock (every comparison of lease times is made by the database, so hosts' clocks never meet).
 
-A worker's writes go through one asyncio connection (made on first use, made again after it breaks),
-one operation at a time. ``commit`` is one statement, so one transaction: each session's row is written
+A worker's requests go through one asyncio connection (made on first use, made again after it breaks),
+one operation at a time, and its lease through another, so a renewal never waits behind requests. ``commit`` is one statement, so one transaction: each session's row is written
 only if this worker owns it (or it is new) and, once the worker holds a lease, only while that lease, of
 the incarnation it renewed last, is unexpired; rows left as they were are returned as taken. ``claim``
 takes a row over by compare-and-set on owner and revision, and, unless the caller knows the owner dead,
@@ -32,6 +32,7 @@ of the server or the connection (PostgreSQL down, a full disk) raise ``StoreUnav
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -137,8 +138,8 @@ class PostgreSQLStore:
         except (psycopg.Error, StoreError) as error:
             self.db.close()
             raise error if isinstance(error, StoreError) else self.unusable(error) from None
-        self.connection: psycopg.AsyncConnection | None = None
-        self.lock: asyncio.Lock | None = None
+        # Each channel's asyncio connection and its lock: the lease's own, so a renewal never waits behind requests.
+        self.channels: dict[str, tuple[asyncio.Lock, list[psycopg.AsyncConnection | None]]] = {}
         # The incarnation of this worker's lease that its commits are fenced by (``lease``); None: no lease.
         self.fence: int | None = None
         self.next_purge = time.time() + PURGE_INTERVAL_SECONDS
@@ -167,33 +168,35 @@ class PostgreSQLStore:
         self.db.execute(f"DELETE FROM {SESSIONS_TABLE} WHERE expires_at <= %s", (time.time(),))
         self.db.execute(f"DELETE FROM {LEASES_TABLE} WHERE expires_at < clock_timestamp() - make_interval(secs => %s)", (STALE_LEASE_SECONDS,))
 
-    async def run(self, operation):
-        """``operation(connection)`` on this worker's asyncio connection, one at a time; the connection is
-        made on first use, and dropped when an operation fails (made again by the next). psycopg's errors
-        become ``StoreUnavailable``, reported at most once per ``FAILURE_LOG_INTERVAL_SECONDS``."""
-        if self.lock is None:
-            self.lock = asyncio.Lock()
-        async with self.lock:
+    async def run(self, operation, channel: str = "requests"):
+        """``operation(connection)`` on this worker's asyncio connection of ``channel`` (the request path's,
+        or the lease's), one at a time; the connection is made on first use, and dropped when an operation
+        fails (made again by the next). psycopg's errors become ``StoreUnavailable``, reported at most once
+        per ``FAILURE_LOG_INTERVAL_SECONDS``."""
+        lock, held = self.channels.setdefault(channel, (asyncio.Lock(), [None]))
+        async with lock:
             try:
-                if self.connection is None or self.connection.closed:
-                    self.connection = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
-                result = await operation(self.connection)
+                if held[0] is None or held[0].closed:
+                    held[0] = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
+                try:
+                    result = await operation(held[0])
+                except psycopg.errors.AdminShutdown:
+                    # A connection the server ended (a restart) while it was idle: nothing of this ran. Once more, anew.
+                    with contextlib.suppress(psycopg.Error):
+                        await held[0].close()
+                    held[0] = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
+                    result = await operation(held[0])
             except psycopg.Error as error:
-                await self.drop_connection()
+                connection, held[0] = held[0], None
+                if connection is not None:
+                    with contextlib.suppress(psycopg.Error):
+                        await connection.close()
                 self.failed(error)
                 raise StoreUnavailable(f"the session store {self.location} cannot commit: {str(error).strip()}") from error
         if self.failure_logged_at is not None:
             logger.warning("the session store %s commits again (%d more operations had failed)", self.location, self.failures)
             self.failure_logged_at, self.failures = None, 0
         return result
-
-    async def drop_connection(self) -> None:
-        connection, self.connection = self.connection, None
-        if connection is not None:
-            try:
-                await connection.close()
-            except psycopg.Error:
-                pass
 
     def failed(self, error: Exception) -> None:
         self.failures += 1
@@ -285,7 +288,7 @@ class PostgreSQLStore:
                 )
                 return fresh
 
-        self.fence = await self.run(renew)
+        self.fence = await self.run(renew, "lease")
         return self.fence
 
     async def lease_of(self, worker: str) -> LeaseHolder | None:
@@ -296,11 +299,18 @@ class PostgreSQLStore:
         row = await self.run(select)
         return None if row is None else LeaseHolder(worker, row[0], json.loads(row[1]), row[2])
 
+    async def owned(self, worker: str) -> set[str]:
+        async def select(connection: psycopg.AsyncConnection):
+            cursor = await connection.execute(f"SELECT session_id FROM {SESSIONS_TABLE} WHERE instance = %s AND owner = %s", (self.instance, worker))
+            return {row[0] for row in await cursor.fetchall()}
+
+        return await self.run(select, "lease")
+
     async def release_lease(self, worker: str, incarnation: int) -> None:
         async def delete(connection: psycopg.AsyncConnection) -> None:
             await connection.execute(f"DELETE FROM {LEASES_TABLE} WHERE worker = %s AND incarnation = %s", (worker, incarnation))
 
-        await self.run(delete)
+        await self.run(delete, "lease")
         self.fence = None
 
     def export(self) -> list[StoredSession]:
@@ -323,6 +333,7 @@ class PostgreSQLStore:
 
     def close(self) -> None:
         self.db.close()
-        if self.connection is not None and not self.connection.closed:
-            # Its event loop may be gone (a worker shutting down): the socket goes with the object.
-            self.connection.pgconn.finish()
+        for _, (connection,) in self.channels.values():
+            if connection is not None and not connection.closed:
+                # Its event loop may be gone (a worker shutting down): the socket goes with the object.
+                connection.pgconn.finish()

@@ -116,6 +116,7 @@ class WriteThrough:
             if message["type"] == "http.response.start":
                 if self.sessions.epoch != epoch:
                     refused = True
+                    self.sessions.revert(touched)
                     await (await self.moved(session, session_id))(scope, receive, send)
                     return
                 if ends and 200 <= message["status"] < 300:

@@ -1,0 +1,151 @@
+"""The PostgreSQL store's own promises, on a real server: owner leases and fenced commits (``durable.lease``),
+and its credentials (from the location, libpq's environment or a password file; never in ``location``)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nemo_gym.durable.keeper import DurableSessions
+from nemo_gym.durable.lease import OwnerLease
+from nemo_gym.durable.postgresql_store import PostgreSQLStore
+from nemo_gym.durable.states import SessionStates
+from nemo_gym.durable.store import StoreError, open_store
+from tests.postgres import Postgres, PostgresUnavailable
+
+PASSWORD = "unit-test:pass@word"
+INSTANCE = "counter"
+ME, OTHER = "a" * 16, "b" * 16
+DOMAIN = "test-domain"
+# Short leases: each test waits one out. Never an expectation of how fast anything is.
+SHORT = 0.5
+PAST = 0.8
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Postgres]:
+    try:
+        postgres = Postgres(password=PASSWORD)
+    except PostgresUnavailable as error:
+        pytest.skip(str(error))
+    with postgres:
+        yield postgres
+
+
+@pytest.fixture
+def database(server: Postgres) -> str:
+    name = f"unit_{uuid.uuid4().hex[:12]}"
+    server.psql(f"CREATE DATABASE {name}")
+    return name
+
+
+@pytest.fixture
+def stores(server: Postgres, database: str) -> Iterator[tuple[PostgreSQLStore, PostgreSQLStore]]:
+    """Two workers' connections to one store."""
+    mine, theirs = (open_store(server.dsn(database=database), INSTANCE) for _ in range(2))
+    yield mine, theirs
+    mine.close()
+    theirs.close()
+
+
+@pytest.mark.anyio
+async def test_a_session_is_claimed_from_a_live_lease_only_by_a_worker_that_knows_the_owner_dead(stores):
+    mine, theirs = stores
+    await mine.renew_lease(ME, None, DOMAIN, {}, SHORT)
+    await mine.commit(ME, {"s": "1", "t": "1"})
+    assert not await theirs.claim(await theirs.read("s"), OTHER)
+    assert await theirs.claim(await theirs.read("t"), OTHER, owner_dead=True)
+    await asyncio.sleep(PAST)
+    assert await theirs.claim(await theirs.read("s"), OTHER)
+    assert (await theirs.read("s")).owner == OTHER
+
+
+@pytest.mark.anyio
+async def test_a_worker_whose_lease_expired_commits_nothing_until_it_renews_and_then_gets_a_new_incarnation(stores):
+    mine, _ = stores
+    first = await mine.renew_lease(ME, None, DOMAIN, {}, SHORT)
+    assert await mine.renew_lease(ME, first, DOMAIN, {}, SHORT) == first  # in time: the same lease
+    await mine.commit(ME, {"s": "1"})
+    await asyncio.sleep(PAST)
+    assert await mine.commit(ME, {"s": "2", "new": "1"}) == {"s", "new"}
+    assert (await mine.read("s")).state == "1" and await mine.read("new") is None
+    assert await mine.renew_lease(ME, first, DOMAIN, {}, SHORT) != first
+    assert await mine.commit(ME, {"s": "3"}) == set() and (await mine.read("s")).state == "3"
+
+
+@pytest.mark.anyio
+async def test_an_old_owners_writes_and_deletes_after_its_session_was_adopted_are_refused(stores):
+    mine, theirs = stores
+    incarnation = await mine.renew_lease(ME, None, DOMAIN, {}, SHORT)
+    await mine.commit(ME, {"s": "1", "t": "1"})
+    await asyncio.sleep(PAST)
+    assert await theirs.claim(await theirs.read("s"), OTHER) and await theirs.claim(await theirs.read("t"), OTHER)
+    await mine.renew_lease(ME, incarnation, DOMAIN, {}, SHORT)
+    assert await mine.commit(ME, {"s": "stale", "t": None}) == {"s", "t"}
+    assert ((await theirs.read("s")).state, (await theirs.read("t")).owner) == ("1", OTHER)
+
+
+@pytest.mark.anyio
+async def test_a_lease_names_its_domain_and_keys_and_is_live_until_it_expires_or_is_let_go(stores):
+    mine, theirs = stores
+    incarnation = await mine.renew_lease(ME, None, DOMAIN, {"nemo_gym_replica": "h:1"}, SHORT)
+    held = await theirs.lease_of(ME)
+    assert (held.worker, held.domain, held.keys, held.live) == (ME, DOMAIN, {"nemo_gym_replica": "h:1"}, True)
+    await asyncio.sleep(PAST)
+    assert not (await theirs.lease_of(ME)).live
+    await mine.renew_lease(ME, incarnation, DOMAIN, {}, SHORT)
+    await mine.release_lease(ME, await mine.renew_lease(ME, mine.fence, DOMAIN, {}, SHORT))
+    assert await theirs.lease_of(ME) is None
+
+
+@pytest.mark.anyio
+async def test_a_worker_whose_lease_lapsed_keeps_the_sessions_still_its_own_and_drops_the_ones_adopted(stores):
+    mine, theirs = stores
+    counters = SessionStates(int)
+    sessions = DurableSessions(mine, counters, ME)
+    sessions.lease = OwnerLease(mine, ME, DOMAIN, {}, SHORT, sessions.lapse)
+    await sessions.lease.ensure()
+    counters.update(kept=1, adopted=2)
+    await sessions.save(["kept", "adopted"])
+    await asyncio.sleep(PAST)
+    assert not sessions.lease.valid()
+    assert await theirs.claim(await theirs.read("adopted"), OTHER)
+    epoch = sessions.epoch
+    await sessions.ensure_lease()
+    assert sessions.lease.valid() and sessions.epoch == epoch + 1
+    assert dict(counters) == {"kept": 1} and sessions.holds("kept") and not sessions.holds("adopted")
+
+
+def test_the_location_shows_no_password_and_a_wrong_one_is_refused_without_showing_it(server: Postgres, database: str):
+    store = open_store(server.dsn(database=database), INSTANCE)
+    try:
+        assert store.location == server.dsn(password="", database=database) and PASSWORD not in store.location
+    finally:
+        store.close()
+    with pytest.raises(StoreError) as refused:
+        open_store(server.dsn(password="wrong-secret", database=database), INSTANCE)
+    assert "password authentication failed" in str(refused.value) and "wrong-secret" not in str(refused.value)
+
+
+def test_the_password_may_come_from_libpqs_environment_or_a_password_file(server: Postgres, database: str, tmp_path: Path, monkeypatch):
+    without = server.dsn(password="", database=database)
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    open_store(without, INSTANCE).close()
+    monkeypatch.delenv("PGPASSWORD")
+    passfile = tmp_path / "pgpass"
+    passfile.write_text(f"*:*:*:*:{PASSWORD.replace(':', chr(92) + ':')}\n")
+    passfile.chmod(0o600)
+    monkeypatch.setenv("PGPASSFILE", str(passfile))
+    open_store(without, INSTANCE).close()
+    monkeypatch.delenv("PGPASSFILE")
+    with pytest.raises(StoreError):
+        open_store(without, INSTANCE)
+
+
+def test_an_unreachable_server_is_a_store_error_at_open(server: Postgres):
+    with pytest.raises(StoreError, match="cannot be used"):
+        open_store(f"postgresql://gym@127.0.0.1:1/{INSTANCE}", INSTANCE)
