@@ -107,7 +107,7 @@ class SandboxRoot:
             raise SandboxGone(f"{name} leads out of this server's root {self.path} through a symlink; refused")
         if not (root / "repo").is_dir() or (root / "repo").is_symlink():
             raise SandboxGone(
-                f"sandbox {name} is not in {self.path} on this host: it was removed, its tmpfs was lost with a reboot, or it is "
+                f"sandbox {name} is gone from {self.path} on this host: it was removed, its tmpfs was lost with a reboot, or it is "
                 "on the disk of another host (a sandbox is reachable only on the host that made it, and a store shared "
                 "across hosts lets a host whose sandbox root does not hold it take the session over)"
             )
