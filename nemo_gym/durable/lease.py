@@ -26,14 +26,16 @@ a long pause, a partition) past its lease, whose sessions were meanwhile adopted
    and what they changed in memory is undone.
 3. A commit writes a row only if the worker still owns it (so an adopter's claim makes the old owner's
    writes fail) and only while the lease of the incarnation it renewed last is unexpired (so a worker
-   that lapsed writes nothing until it has renewed, and dropped what it held).
+   that lapsed writes nothing until it has renewed and dropped what others claimed); a group of
+   writes gathered before a lapse is refused by the keeper itself (its epoch is past).
 
 Why never two owners: a claim by another worker succeeds only if the owner's lease has expired at the
-claim, in the store's clock. Leases only move forward, and a renewal checks the expiry only once it holds
-the lease row's lock, after any claim that locked the row first, so a lease that expired at any moment before a renewal makes that renewal
+claim, in the store's clock. Leases only move forward, and a renewal checks the expiry only once it
+holds the lease row's lock, after any claim that locked the row first (and a claim after a renewal
+sees the renewed expiry), so a lease that expired at any moment before a renewal makes that renewal
 lapse (rule 2). Before the lapse, the old owner's valid_until had passed (rule 1), so it served nothing
-from memory after the expiry; its writes meanwhile fail on the row (rule 3). After the lapse it holds
-nothing the adopter holds. A read answered from memory before the expiry was true when it was made.
+from memory after the expiry; its writes meanwhile fail on its expired lease or on the row's new owner
+(rule 3). After the lapse it holds nothing the adopter holds. A read answered from memory before the expiry was true when it was made.
 """
 
 from __future__ import annotations

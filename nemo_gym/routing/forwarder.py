@@ -30,9 +30,11 @@ class OwnerGone(Exception):
     ``replay`` gives the request's body again from the start, for whoever serves it instead.
     """
 
-    def __init__(self, owner: str) -> None:
+    def __init__(self, owner: str, lease_expired: bool = False) -> None:
         super().__init__(owner)
         self.replay: Receive | None = None
+        # Given up because the owner's lease expired (``Forwarder.owner_expired``): its process may live.
+        self.lease_expired = lease_expired
 
 
 class OwnerDied(Exception):
@@ -83,7 +85,8 @@ class Forwarder:
         try:
             await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body, busy_wait_seconds, worker or owner))
         except OwnerGone as gone:
-            self.transport.forget(owner)
+            if not gone.lease_expired:  # a replica's other workers may serve on over its kept connections
+                self.transport.forget(owner)
             gone.replay = exchange.replay()
             raise
         except (CallerLeft, ConnectionBroken) as error:
@@ -147,7 +150,7 @@ class Forwarder:
         try:
             while not (await asyncio.wait({relaying}, timeout=self.expiry_check_seconds))[0]:
                 if not exchange.started and exchange.replayable() and await self.owner_expired(worker):
-                    raise OwnerGone(owner)
+                    raise OwnerGone(owner, lease_expired=True)
             return await relaying
         finally:
             if not relaying.done():

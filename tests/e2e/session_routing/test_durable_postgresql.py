@@ -25,7 +25,6 @@ import aiohttp
 import pytest
 
 from nemo_gym import config as gym_config
-from nemo_gym.durable.lease import OWNER_LEASE_SECONDS
 from nemo_gym.process.launcher import Launcher
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.e2e.session_routing.test_durable_sessions import COUNTER, EPISODES, SECRET, add, all_score, counter_config, kill, seed, verify
@@ -33,8 +32,6 @@ from tests.postgres import Postgres, PostgresUnavailable
 from tests.session_cookies import cookie_owner
 
 PASSWORD = "pg-e2e-pass:word"
-# The default lease: on a loaded machine a shorter one lapses now and then (its requests then get 503, as they should).
-LEASE_SECONDS = OWNER_LEASE_SECONDS
 SESSIONS = 40
 # Sessions of the worker that is frozen.
 HELD = 8
@@ -56,6 +53,7 @@ def postgres() -> Iterator[Postgres]:
 
 @pytest.fixture(scope="module")
 def counter(postgres: Postgres, tmp_path_factory) -> Iterator[Launcher]:
+    # The default owner lease (10 s): on a loaded machine a shorter one lapsed now and then, whose requests got 503.
     config = counter_config(4, session_store=postgres.dsn())
     env = {"NEMO_GYM_STATE_DIR": str(tmp_path_factory.mktemp("pg_state"))}
     launcher = Launcher(gym_config.parse(config), gym_config.free_port(), env).start(120)
@@ -193,7 +191,7 @@ def test_a_worker_frozen_past_its_lease_loses_its_sessions_to_the_adopters_and_i
                 adopted, _ = await asyncio.gather(
                     asyncio.gather(*(session.increment(http, url) for session in held[1:])), held[0].read(http, url)
                 )
-                await asyncio.sleep(LEASE_SECONDS)
+                # Woken well before uvicorn's supervisor would kill it for missing its health pings (30 s).
                 os.kill(pid, signal.SIGCONT)
                 stale_reply = await stale
                 adopter = held[0].named
