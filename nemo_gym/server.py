@@ -23,6 +23,7 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.adoption import Adopter
+from nemo_gym.durable.checkpoint import CheckpointAdmin, CheckpointGate, Gate
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.lease import RENEWALS_PER_LEASE, LeaseStore, OwnerLease, liveness_domain
 from nemo_gym.durable.states import DurableState
@@ -98,6 +99,7 @@ class SimpleServer(BaseModel):
     _durable: DurableSessions | None = PrivateAttr(None)
     # The sessions' lifecycle (ends, idleness, caps), on servers that keep sessions, once the app is built.
     _lifecycle: SessionLifecycle | None = PrivateAttr(None)
+    _gate: Gate | None = PrivateAttr(None)
     # In a replica set: this replica's address, the transport to the other replicas, and the router.
     _replica: str | None = PrivateAttr(None)
     _replicas: TcpTransport | None = PrivateAttr(None)
@@ -321,8 +323,11 @@ class SimpleServer(BaseModel):
             lifecycle = self._lifecycle = self.session_lifecycle(socket_dir, durable)
             paths = {"free_paths": self.session_free_paths, "start_paths": self.session_start_paths, "end_paths": self.session_end_paths}
             inner.insert(0, Middleware(Lifecycle, lifecycle=lifecycle, tokens=tokens, durable=durable, **paths))
+        # Durable sessions can be checkpointed (``gym sessions checkpoint``): the host's workers share a gate.
+        gate = self._gate = None if durable is None else Gate(socket_dir)
         if durable is not None:
-            inner.insert(0, Middleware(WriteThrough, sessions=durable, tokens=tokens))
+            inner.insert(0, Middleware(WriteThrough, sessions=durable, tokens=tokens, replica=self.replica_keys))
+            inner.insert(0, Middleware(CheckpointGate, gate=gate))
         sessions = [layer for layer in app.user_middleware if layer.cls in SESSION_LAYER]
         app.user_middleware = [*sessions, *inner, *(layer for layer in app.user_middleware if layer.cls not in SESSION_LAYER)]
         local = CancelOnDisconnect(app)
@@ -334,6 +339,8 @@ class SimpleServer(BaseModel):
         if replicas is not None and durable is not None and durable.lease is not None:
             replicas.owner_expired, replicas.expiry_check_seconds = self._forwarder.owner_expired, self._forwarder.expiry_check_seconds
         router = self._router = SessionRouter(local, self._worker_id, owners, self._forwarder, self._placement, lost, self._replica, replicas)
+        if gate is not None:
+            return BodyLimit(CheckpointAdmin(router, gate, self.name, self.secret, self.config.session_store), self.config.max_body_bytes)
         return BodyLimit(router, self.config.max_body_bytes)
 
     def session_lifecycle(self, socket_dir: str | None, durable: DurableSessions | None) -> SessionLifecycle:
@@ -381,6 +388,8 @@ class SimpleServer(BaseModel):
                 stack.push_async_callback(self._replicas.close)
             await stack.enter_async_context(self._transport.serving(self._worker_id or new_worker_id(), siblings_app, InputLimits.of(self.config)))
             stack.push_async_callback(self._transport.close)
+            if self._gate is not None:
+                stack.callback(self._gate.close)  # after the placement's: this worker's counter is gone then
             if self._placement is not None:
                 # Published once alive, so that a counter whose worker's name is free is a dead worker's.
                 self._placement.open()

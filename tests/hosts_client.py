@@ -5,12 +5,20 @@
 - ``episodes``: ``{"client", "url", "episodes"}``: counter episodes of one standard client
   (resources_servers/example_session_state_mgmt/standard_clients.py), a new connection per request;
   the list of their results.
-- ``sessions``: ``{"url", "sessions", "seconds", "think"}``: seeds that many counter sessions and adds 1
-  to each (aiohttp, a new connection per request), prints ``ready``, waits for a line on stdin, then
-  adds 1 to each session every ``think`` seconds for ``seconds``. A 503 is waited out (its
-  Retry-After, at most ``think``) and the step tried again; a 410 or any other status ends the
-  session. Then each session not ended reads its count. Per session: its start, the Cookie header it
-  sent last, each request's ``[path, status, Retry-After, detail]`` and the count read back.
+- ``sessions``: ``{"url", "sessions", "seconds", "think"}`` (and optionally ``"verify": true``): seeds
+  that many counter sessions and adds 1 to each (aiohttp, a new connection per request), prints
+  ``ready``, waits for a line on stdin, then adds 1 to each session every ``think`` seconds for
+  ``seconds``. A 503 is waited out (its Retry-After, at most ``think``) and the step tried again; a
+  410 or any other status ends the session. Then each session not ended reads its count (and, with
+  ``verify``, verifies with that count expected, 503s retried as above, until ``seconds`` more have
+  passed). Per session: its start, the Cookie header it sent last, each request's ``[path, status,
+  Retry-After, detail]``, the monotonic time each reply came (``times``), the count read back and
+  the verify's reward (``reward``, None without ``verify``). With ``"hold": true`` the counts are read
+  only once a second line comes on stdin. With ``"report_seeded": true`` the line
+  after ``ready`` is the JSON list of each session's Cookie header once seeded and added to.
+- ``stale``: ``{"adopt_url", "stale_url", "cookies", "seconds"}``: per session, adds 1 at ``adopt_url``
+  until it is served, then once at ``stale_url`` with the cookie it had before (stale), a 503 tried
+  again at ``adopt_url``; each reply's ``[url, status, detail]`` and that retry's Cookie header.
 - ``get``: ``{"urls", "requests"}``: to each URL in turn, that many GETs one after the other, each on a new
   connection; their bodies, a list per URL.
 - ``refused``: ``{"urls", "timeout"}``: POSTs a seed request to each URL, each given ``timeout`` seconds;
@@ -35,17 +43,25 @@ import json
 import sys
 import time
 import urllib.request
+from http.cookies import SimpleCookie
 from typing import Any
 
 import aiohttp
 
 from nemo_gym.client.reading import ServerReply, cookie_header
+from nemo_gym.openai_utils import new_response
 from nemo_gym.client.rollouts import read_rows, run_episodes as run_relay_episodes
 from resources_servers.example_session_state_mgmt.mcp_sequences import run_sequences
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes, shared_aiohttp
 from responses_api_agents.memory_agent.conversations import run_conversations
 
 START = 1000
+
+
+def verify_body() -> dict[str, Any]:
+    """A counter /verify body but for its expected count."""
+    return {"responses_create_params": {"input": "x"}, "response": new_response().model_dump(mode="json")}
+
 REQUEST_TIMEOUT_SECONDS = 60
 
 
@@ -53,22 +69,26 @@ def episodes(client: str, url: str, episodes: int) -> list[dict[str, Any]]:
     return asyncio.run(run_episodes(CLIENTS[client], url, [START + number for number in range(episodes)], True, episodes))
 
 
-async def sessions(url: str, sessions: int, seconds: float, think: float) -> list[dict[str, Any]]:
+async def sessions(
+    url: str, sessions: int, seconds: float, think: float, verify: bool = False, report_seeded: bool = False, hold: bool = False
+) -> list[dict[str, Any]]:
     async with shared_aiohttp(replace=False)(url, True) as open_session:
-        go = asyncio.Event()
+        go, read = asyncio.Event(), asyncio.Event()
 
         async def one(start: int, ready: asyncio.Event) -> dict[str, Any]:
             async with open_session() as post:
-                record: dict[str, Any] = {"start": start, "steps": [], "count": None, "cookie": None}
+                record: dict[str, Any] = {"start": start, "steps": [], "times": [], "count": None, "cookie": None, "reward": None}
 
                 async def step(path: str, body: dict) -> int:
                     reply = await post(path, body)
                     detail = reply.body.get("detail") if isinstance(reply.body, dict) else reply.body
                     record["steps"].append([path, reply.status, reply.retry_after, detail])
+                    record["times"].append(time.monotonic())
                     record["cookie"] = reply.sent_cookie or record["cookie"]
                     return reply.status
 
                 first = await step("/seed_session", {"initial_count": start}) == 200 and await step("/increment_counter", {"count": 1}) == 200
+                seeded[start - START] = record["cookie"]
                 ready.set()
                 await go.wait()
                 if not first:
@@ -82,17 +102,64 @@ async def sessions(url: str, sessions: int, seconds: float, think: float) -> lis
                         await asyncio.sleep(think)
                     else:
                         return record
+                await read.wait()
                 reply = await post("/get_counter_value", {})
                 record["count"] = reply.body.get("count") if reply.status == 200 else f"{reply.status}: {reply.body}"
+                began = time.monotonic()
+                while verify and reply.status == 200 and time.monotonic() - began < seconds:
+                    verified = await post("/verify", {**verify_body(), "expected_count": record["count"]})
+                    if verified.status != 503:
+                        record["reward"] = verified.body.get("reward") if verified.status == 200 else f"{verified.status}: {verified.body}"
+                        break
+                    await asyncio.sleep(min(float(verified.retry_after or think), think))
                 return record
 
         flags = [asyncio.Event() for _ in range(sessions)]
+        seeded: list[str | None] = [None] * sessions
         tasks = [asyncio.create_task(one(START + number, flag)) for number, flag in enumerate(flags)]
         await asyncio.gather(*(flag.wait() for flag in flags))
         print("ready", flush=True)
+        if report_seeded:
+            print(json.dumps(seeded), flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         go.set()
+        if hold:
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        read.set()
         return await asyncio.gather(*tasks)
+
+
+async def stale(adopt_url: str, stale_url: str, cookies: list[str], seconds: float) -> list[dict[str, Any]]:
+    """Per session (a Cookie header each), all at once: adds 1 at ``adopt_url`` (a replica's own URL), each 503
+    tried again after its Retry-After, until a 200 or ``seconds`` are over; then adds 1 at ``stale_url`` (the
+    replica the cookie names, frozen) with the cookie as given (stale now), and a 503 is tried once more at
+    ``adopt_url`` with the cookie that 503 set. Per session: each reply's ``[url, status, detail]``, and the
+    Cookie header of that retry."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True, limit=0), cookie_jar=aiohttp.DummyCookieJar()) as http:
+
+        async def add(target: str, cookie: str, record: dict) -> tuple[int, str | None, str]:
+            timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS)
+            async with http.post(target + "/increment_counter", json={"count": 1}, headers={"Cookie": cookie}, timeout=timeout) as reply:
+                body = await reply.json(content_type=None)
+                record["replies"].append([target, reply.status, body.get("detail") if isinstance(body, dict) else body])
+                jar = {key: morsel.value for key, morsel in SimpleCookie(cookie).items()} | {key: morsel.value for key, morsel in reply.cookies.items()}
+                return reply.status, reply.headers.get("Retry-After"), cookie_header(jar)
+
+        async def one(cookie: str) -> dict[str, Any]:
+            record: dict[str, Any] = {"replies": [], "retry_cookie": None}
+            began = time.monotonic()
+            while time.monotonic() - began < seconds:
+                status, retry_after, _ = await add(adopt_url, cookie, record)
+                if status != 503:
+                    break
+                await asyncio.sleep(float(retry_after or 1))
+            status, _, given = await add(stale_url, cookie, record)
+            if status == 503:
+                record["retry_cookie"] = given
+                await add(adopt_url, given, record)
+            return record
+
+        return list(await asyncio.gather(*(one(cookie) for cookie in cookies)))
 
 
 def get(urls: list[str], requests: int) -> list[list[str]]:
@@ -152,6 +219,8 @@ def main() -> None:
         result: Any = episodes(**args)
     elif mode == "sessions":
         result = asyncio.run(sessions(**args))
+    elif mode == "stale":
+        result = asyncio.run(stale(**args))
     elif mode == "get":
         result = get(**args)
     elif mode == "mcp":

@@ -1,12 +1,25 @@
-"""``gym sessions export|restore``: every durable session of an instance, to one file and back."""
+"""``gym sessions export|restore|checkpoint``: every durable session of an instance, to one file and back, and a checkpoint of a live run."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import time
 from pathlib import Path
+from urllib.parse import urlencode
 
+import aiohttp
+
+from nemo_gym.durable.checkpoint import ADMIN_PREFIX, DEFAULT_DRAIN_SECONDS, DEFAULT_PAUSE_SECONDS, admin_credentials, admin_header, merged
 from nemo_gym.durable.store import open_store
-from nemo_gym.durable.transfer import export_sessions, restore_sessions
+from nemo_gym.durable.transfer import export_sessions, restore_sessions, write_sessions
+from nemo_gym.sessions.secret import read as read_secret, state_dir
+
+CHECKPOINT_REQUEST_SLACK_SECONDS = 10
+
+
+class CheckpointFailed(RuntimeError):
+    """A replica did not pause or export; every replica was resumed and no file written."""
 
 
 def export(args: argparse.Namespace) -> int:
@@ -30,6 +43,48 @@ def restore(args: argparse.Namespace) -> int:
     return 0
 
 
+async def take_checkpoint(args: argparse.Namespace) -> tuple[int, float]:
+    """Pause every replica (each returns once its requests in flight are done), export each, write the file
+    whole, and resume every replica, whatever happened; returns the sessions written and the seconds paused."""
+    secret = read_secret(Path(args.secret_file) if args.secret_file else state_dir() / "secrets" / args.instance)
+    credentials = admin_credentials(secret)
+    urls = [url.rstrip("/") for url in args.url]
+    timeout = aiohttp.ClientTimeout(total=args.drain_seconds + CHECKPOINT_REQUEST_SLACK_SECONDS)
+    async with aiohttp.ClientSession(timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()) as http:
+
+        async def call(url: str, action: str, query: dict | None = None) -> dict:
+            target = ADMIN_PREFIX + action + (f"?{urlencode(query)}" if query else "")
+            name, value = admin_header(credentials, "POST", target, args.instance)
+            try:
+                async with http.post(url + target, headers={name: value}) as reply:
+                    body = await reply.json(content_type=None)
+                    if reply.status != 200:
+                        raise CheckpointFailed(f"{url} answered {action} with {reply.status}: {body.get('detail') if isinstance(body, dict) else body}")
+                    return body
+            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as error:
+                raise CheckpointFailed(f"{url} did not answer {action}: {error!r}") from None
+
+        began = time.monotonic()
+        try:
+            pause = {"seconds": args.pause_seconds, "drain_seconds": args.drain_seconds}
+            await asyncio.gather(*(call(url, "pause", pause) for url in urls))
+            exports = await asyncio.gather(*(call(url, "export") for url in urls))
+            count = write_sessions(merged([export["sessions"] for export in exports]), args.instance, Path(args.output))
+        finally:
+            await asyncio.gather(*(call(url, "resume") for url in urls), return_exceptions=True)
+        return count, time.monotonic() - began
+
+
+def checkpoint(args: argparse.Namespace) -> int:
+    try:
+        count, paused = asyncio.run(take_checkpoint(args))
+    except CheckpointFailed as error:
+        print(f"no checkpoint of {args.instance} written: {error}; every replica was asked to resume")
+        return 1
+    print(f"checkpointed {count} sessions of {args.instance} from {len(args.url)} replicas to {args.output} (paused {paused:.2f} s)")
+    return 0
+
+
 def add_commands(groups: argparse._SubParsersAction) -> None:
     parser = groups.add_parser("sessions", help="export or restore an instance's durable sessions").add_subparsers(dest="command", required=True)
     store_help = "the instance's session_store setting, if it has one (default: its file in NEMO_GYM_STATE_DIR/sessions/)"
@@ -43,3 +98,11 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
     back.add_argument("--store", help=store_help)
     back.add_argument("--input", required=True, help="file written by `gym sessions export`")
     back.set_defaults(handler=restore)
+    point = parser.add_parser("checkpoint", help="pause every replica of a running instance, export its sessions to one file, resume")
+    point.add_argument("--instance", required=True)
+    point.add_argument("--url", required=True, action="append", help="a replica's own URL (not a balancer's); once per replica")
+    point.add_argument("--output", required=True, help="file to write, as `gym sessions export` does")
+    point.add_argument("--secret-file", help="file holding the instance's session_secret (default: its file in NEMO_GYM_STATE_DIR/secrets/)")
+    point.add_argument("--pause-seconds", type=float, default=DEFAULT_PAUSE_SECONDS, help="a pause ends by itself this long after it began (if this command dies)")
+    point.add_argument("--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS, help="how long each replica waits for its requests in flight")
+    point.set_defaults(handler=checkpoint)

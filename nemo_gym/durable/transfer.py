@@ -89,7 +89,11 @@ def digest(sessions: list[dict]) -> str:
 
 def export_sessions(store: SessionStore, instance_name: str, path: Path) -> int:
     """Write every live session of the store to ``path`` (whole or not at all); returns how many."""
-    sessions = [asdict(session) for session in store.export() if ended_detail(session.state) is None]
+    return write_sessions([asdict(session) for session in store.export() if ended_detail(session.state) is None], instance_name, path)
+
+
+def write_sessions(sessions: list[dict], instance_name: str, path: Path) -> int:
+    """Write the sessions (rows as dicts) to ``path``, whole or not at all; returns how many."""
     document = {"format": FORMAT, "instance": instance_name, "count": len(sessions), "sha256": digest(sessions), "sessions": sessions}
     # A new file of this process's own (0600, never through a link planted beside the target), then renamed.
     fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")

@@ -56,7 +56,7 @@ class WriteThrough:
     of other requests finishing meanwhile), before the caller can see the reply: nothing acknowledged
     is lost with the worker (a session that ended, ``nemo_gym.lifecycle``, is written as its tombstone). A cookie
     that names another owner for a session this worker holds (it adopted the session from a dead one)
-    is stamped with this worker, so the reply's Set-Cookie names it. A session it does not hold is
+    is stamped with this worker (and, in a replica set, this replica), so the reply's Set-Cookie names it. A session it does not hold is
     taken up from the store first if it was restored there and no worker has it yet.
 
     A write the store cannot commit (``StoreUnavailable``) replaces the app's reply with a 503 and
@@ -70,8 +70,10 @@ class WriteThrough:
     while the lease lapsed is refused unwritten (the lapse dropped what it served from).
     """
 
-    def __init__(self, app: ASGIApp, sessions: DurableSessions, tokens: URLSafeSerializer) -> None:
+    def __init__(self, app: ASGIApp, sessions: DurableSessions, tokens: URLSafeSerializer, replica: dict[str, str | int] | None = None) -> None:
+        """``replica``: this replica's keys in a session (``nemo_gym.routing.replica``), in a replica set."""
         self.app = app
+        self.replica = replica or {}
         self.sessions = sessions
         self.tokens = tokens
 
@@ -98,6 +100,7 @@ class WriteThrough:
                 return
         if session.get(OWNER_KEY) != self.sessions.owner and self.sessions.holds(session_id):
             session[OWNER_KEY] = self.sessions.owner
+            session.update(self.replica)  # taken up from another replica's worker: the cookie names this replica now
         token_session = token_session_id(scope, self.tokens) if is_mcp_path(scope["path"]) else None
 
         refused = False

@@ -106,7 +106,11 @@ class SandboxRoot:
         if root.resolve() != root:
             raise SandboxGone(f"{name} leads out of this server's root {self.path} through a symlink; refused")
         if not (root / "repo").is_dir() or (root / "repo").is_symlink():
-            raise SandboxGone(f"sandbox {name} is gone from {self.path} (removed, or its tmpfs lost with a reboot)")
+            raise SandboxGone(
+                f"sandbox {name} is gone from {self.path} on this host: it was removed, its tmpfs was lost with a reboot, or it is "
+                "on the disk of another host (a sandbox is reachable only on the host that made it, and a store shared "
+                "across hosts lets a host whose sandbox root does not hold it take the session over)"
+            )
         sandbox = Sandbox(task, root)
         if self.disk_bytes is not None:
             owner = root.stat().st_uid

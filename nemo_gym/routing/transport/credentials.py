@@ -35,8 +35,9 @@ def request_target(scope: dict) -> bytes:
 
 
 class ReplicaCredentials:
-    def __init__(self, secret: str, window_seconds: float = WINDOW_SECONDS) -> None:
-        self.key = hmac.new(secret.encode(), KEY_CONTEXT, hashlib.sha256).digest()
+    def __init__(self, secret: str, window_seconds: float = WINDOW_SECONDS, context: bytes = KEY_CONTEXT) -> None:
+        """``context``: what the key is derived for; another one's credentials are not valid here."""
+        self.key = hmac.new(secret.encode(), context, hashlib.sha256).digest()
         self.window_seconds = window_seconds
 
     def mac(self, method: bytes, target: bytes, replica: str, worker: str, stamp: int) -> str:

@@ -108,6 +108,7 @@ def test_a_restored_session_whose_sandbox_is_gone_gets_410_with_the_reason_never
     reply = client.post("/read_file", json={"path": "bounds.py"})
     assert reply.status_code == 410 and f"{sandbox.parent.name}/{sandbox.name}" in reply.json()["detail"]
     assert "is gone" in reply.json()["detail"] and "seed" in reply.json()["detail"]
+    assert "on the disk of another host" in reply.json()["detail"], "a store shared across hosts can hand it to a host that never had it"
     # Its row goes at the next write, and the session stays lost: no fresh sandbox, no grade of an empty patch.
     assert server.sandboxes.export(session_id) is None
     assert client.post("/run_tests", json={}).status_code == 410

@@ -1,7 +1,7 @@
 """Fixtures of the tests with real hosts: network-namespace hosts, and one server's replicas on three of them.
 
-``lan``: a ``tests.hosts.Hosts`` of the hosts ``h1``, ``h2``, ``h3`` (replicas), ``balancer`` (HAProxy)
-and ``client`` (the test client), made once per module and removed at its end; the module is
+``lan``: a ``tests.hosts.Hosts`` of the hosts ``h1``, ``h2``, ``h3`` (replicas), ``balancer`` (HAProxy),
+``client`` (the test client) and ``db`` (a PostgreSQL, for the tests that share a store), made once per module and removed at its end; the module is
 skipped, with the reason, where network namespaces cannot be made (not root).
 
 ``replicas``: a ``ReplicaSet``: the counter at 2 workers on each of h1, h2, h3 (``gym env start`` run
@@ -19,7 +19,8 @@ import pytest
 from tests.hosts import Host, Hosts, HostsUnavailable, start_balancer, start_gym
 
 REPLICA_HOSTS = ["h1", "h2", "h3"]
-HOST_NAMES = [*REPLICA_HOSTS, "balancer", "client"]
+# ``db``: where a test runs a PostgreSQL of its own (tests/postgres.py), as a host of its own.
+HOST_NAMES = [*REPLICA_HOSTS, "balancer", "client", "db"]
 COUNTER = "counter"
 WORKERS = 2
 PUBLIC_PORT = 8000

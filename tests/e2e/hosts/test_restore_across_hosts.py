@@ -1,0 +1,84 @@
+"""Export from one replica set, restore into a fresh one on other hosts (issue 21, item 4): every session continues.
+
+The durable counter at 2 workers on h1 (SQLite in h1's own /tmp) behind HAProxy round robin, which also
+lists h2 and h3 (down at first). 200 sessions are seeded and added to once through it; then
+``gym sessions export`` runs on h1, h1 is killed whole, the file is restored (``gym sessions restore``)
+into the store of h2 and of h3 (each its own SQLite, other hosts, other worker ids), and the counter is
+started there. The sessions go on with the cookies h1 gave them (naming h1's replica and workers): each
+is taken up on its first request by the host that request reaches, and served there from then on.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections import Counter
+from http.cookies import SimpleCookie
+
+from nemo_gym.sessions.cookie import session_cookie_name
+from tests.e2e.hosts.conftest import COUNTER, PUBLIC_PORT, REPLICA_HOSTS, SESSION_SECRET, PEER_DEAD_AFTER_SECONDS, START_TIMEOUT_SECONDS, ReplicaSet, counter_config
+from tests.e2e.hosts.test_replicas_across_hosts import increments, owner_host, run_sessions, statuses
+from tests.hosts import Host, run_json, start_balancer, start_gym
+from tests.session_cookies import session_of
+
+SESSIONS = 200
+CONTINUE_SECONDS = 3
+STATE_FILE = "/tmp/nemo_gym_state/sessions/counter.sqlite3"
+CLI_TIMEOUT_SECONDS = 60
+# Two of HAProxy's checks of each server (tests/hosts.py: every second, up after one success).
+BALANCER_CHECKS_SECONDS = 2
+
+
+def durable(host: Host) -> dict:
+    config = counter_config(host)
+    config[COUNTER]["resources_servers"]["example_session_state_mgmt"]["durable_sessions"] = True
+    return config
+
+
+def gym_sessions(host: Host, *args: str) -> str:
+    """``gym sessions ARGS --instance counter`` on ``host`` (its own state directory): what it printed."""
+    process = host.python("-m", "nemo_gym.cli.main", "sessions", *args, "--instance", COUNTER, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out, _ = process.communicate(timeout=CLI_TIMEOUT_SECONDS)
+    assert process.returncode == 0, out
+    return out
+
+
+def session_id(record: dict) -> str:
+    return session_of(SESSION_SECRET, SimpleCookie(record["cookie"]).get(session_cookie_name(COUNTER)).value)["session_id"]
+
+
+def owners(host: Host) -> dict[str, str | None]:
+    """Each session's owner in the host's store, read on the host (SQLite resolves /proc/PID/root to this process's own /tmp)."""
+    code = f"import json, sqlite3; print(json.dumps(dict(sqlite3.connect({STATE_FILE!r}).execute('SELECT session_id, owner FROM sessions'))))"
+    return run_json(host, ["-c", code], CLI_TIMEOUT_SECONDS)
+
+
+def test_sessions_exported_from_one_replica_set_continue_in_a_fresh_one_on_other_hosts(lan):
+    old, new = lan[REPLICA_HOSTS[0]], [lan[name] for name in REPLICA_HOSTS[1:]]
+    start_gym([(old, durable(old))], START_TIMEOUT_SECONDS)
+    start_balancer(lan["balancer"], PUBLIC_PORT, [(host.address, PUBLIC_PORT) for host in [old, *new]])
+    replicas = ReplicaSet(lan, [old, *new], f"http://balancer:{PUBLIC_PORT}", COUNTER, SESSION_SECRET, PEER_DEAD_AFTER_SECONDS)
+
+    def move_to_new_hosts(client) -> None:
+        gym_sessions(old, "export", "--output", "/tmp/sessions.json")
+        old.kill()
+        for host in new:
+            shutil.copyfile(old.path("/tmp/sessions.json"), host.path("/tmp/sessions.json"))
+            gym_sessions(host, "restore", "--input", "/tmp/sessions.json")
+        start_gym([(host, durable(host)) for host in new], START_TIMEOUT_SECONDS)
+        time.sleep(BALANCER_CHECKS_SECONDS)  # HAProxy's checks find the new hosts up
+        client.stdin.write("go\n")
+        client.stdin.flush()
+
+    records = run_sessions(replicas, SESSIONS, CONTINUE_SECONDS, move_to_new_hosts)
+    print("sessions taken up per host:", Counter(owner_host(replicas, record) for record in records))
+    assert [owner_host(replicas, r) for r in records].count(None) == 0
+    not_continued = {r["start"]: (r["steps"][2:], r["count"]) for r in records if set(statuses(r)) - {200, 503} or r["count"] != r["start"] + increments(r, 200)}
+    assert not_continued == {}
+    assert [step for r in records for step in r["steps"] if step[1] == 503 and not step[2]] == []
+    taken_up = Counter(owner_host(replicas, record) for record in records)
+    assert set(taken_up) <= {host.name for host in new}, taken_up
+    stores = [owners(host) for host in new]
+    owned_twice_or_never = [r["start"] for r in records if sum(store.get(session_id(r)) is not None for store in stores) != 1]
+    assert owned_twice_or_never == []

@@ -1,0 +1,199 @@
+"""Sessions that survive their host (issue 21): one PostgreSQL store shared by replicas on three hosts.
+
+The durable counter at 2 workers on each of h1, h2, h3 (network-namespace hosts, tests/hosts.py), every
+worker's store the one PostgreSQL on the host ``db`` (tests/postgres.py), behind HAProxy round robin, a
+new connection per request; started once for the module. Owner leases of ``LEASE_SECONDS``; a host
+silent for ``PEER_DEAD_AFTER_SECONDS`` counts as dead to the others (then its sessions' owners are judged
+by their leases). The first test freezes h2 past its lease and thaws it; the second kills the host
+owning the most sessions whole, which stays down.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+from tests.e2e.hosts.conftest import COUNTER, PUBLIC_PORT, REPLICA_HOSTS, SESSION_SECRET, START_TIMEOUT_SECONDS, ReplicaSet, counter_config
+from tests.e2e.hosts.test_replicas_across_hosts import THINK_SECONDS, increments, owner_host, run_sessions, statuses
+from tests.e2e.hosts.test_restore_across_hosts import session_id
+from tests.hosts import CLIENT_MODULE, Host, Hosts, start_balancer, start_gym
+from tests.postgres import Postgres, PostgresUnavailable
+
+SESSIONS = 200
+# Below 10 s - 2 (the freeze must stay inside a replica credential's window, below) yet not so short that a loaded
+# machine lets it lapse (pg's e2e saw 2-5 s leases lapse).
+LEASE_SECONDS = 6
+# Shorter than conftest's: the frozen host must count as dead (so that its sessions are adopted) well
+# within the freeze.
+PEER_DEAD_AFTER_SECONDS = 8
+# Long enough for h1 to count h2 dead, h2's lease to expire, and h1 to adopt h2's sessions; shorter than a
+# replica credential's window (10 s + peer_dead_after_seconds), for the requests forwarded to h2 before it
+# froze, which it reads when thawed (README "A replica set": past the window they would get 401).
+FREEZE_SECONDS = PEER_DEAD_AFTER_SECONDS + LEASE_SECONDS + 2
+# Beyond the lease, the seconds a dead host's session has for its first 200: the refused connection is
+# seen at once, then each try is a 503 waited out (Retry-After 1, at most the think time), so one more
+# step, and what two shared, loaded cores make late (as tests/e2e/hosts/test_replicas_across_hosts.py).
+ADOPTION_BOUND_SECONDS = THINK_SECONDS + 10
+RUN_AFTER_KILL_SECONDS = LEASE_SECONDS + ADOPTION_BOUND_SECONDS
+AFTER_THAW_SECONDS = 8 * THINK_SECONDS
+STALE_TIMEOUT_SECONDS = 60
+FENCED = re.compile(r"owner in the store is worker|owner lease of session .* lapsed")
+
+
+def shared_config(host: Host, store: str) -> dict:
+    config = counter_config(host)
+    config[COUNTER]["resources_servers"]["example_session_state_mgmt"].update(
+        durable_sessions=True, session_store=store, owner_lease_seconds=LEASE_SECONDS, peer_dead_after_seconds=PEER_DEAD_AFTER_SECONDS
+    )
+    return config
+
+
+@pytest.fixture(scope="module")
+def shared(lan: Hosts):
+    try:
+        database = Postgres(host=lan["db"])
+    except PostgresUnavailable as error:
+        pytest.skip(f"no PostgreSQL here: {error}")
+    try:
+        database.start()
+        hosts = [lan[name] for name in REPLICA_HOSTS]
+        start_gym([(host, shared_config(host, database.dsn())) for host in hosts], START_TIMEOUT_SECONDS)
+        start_balancer(lan["balancer"], PUBLIC_PORT, [(host.address, PUBLIC_PORT) for host in hosts])
+        yield ReplicaSet(lan, hosts, f"http://balancer:{PUBLIC_PORT}", COUNTER, SESSION_SECRET, PEER_DEAD_AFTER_SECONDS)
+    finally:
+        database.close()
+
+
+def exact(record: dict, more: int = 0) -> bool:
+    """The count read back is the seed plus every acknowledged increment (and ``more``), and the episode verified with 1.0."""
+    return record["count"] == record["start"] + increments(record, 200) + more and record["reward"] == 1.0
+
+
+def seeded_cookies(client) -> list[str]:
+    """The line after ``ready`` of a ``sessions`` client run with ``report_seeded``."""
+    return json.loads(client.stdout.readline())
+
+
+def host_of(replicas: ReplicaSet, cookie: str) -> str | None:
+    return owner_host(replicas, {"cookie": cookie})
+
+
+def test_a_checkpoint_of_the_live_run_on_three_hosts_holds_every_acknowledged_increment(shared):
+    """``gym sessions checkpoint`` given each replica's URL, run on the client's host while 200 sessions add 1
+    every second through the balancer: every replica pauses, the shared store is exported once per replica
+    (the rows merged), the file written, every replica resumed; the run goes on."""
+    client_host = shared.client
+    client_host.path("/tmp/secret").write_text(SESSION_SECRET)
+    client_host.path("/tmp/secret").chmod(0o600)
+    urls = [arg for host in shared.replicas for arg in ("--url", f"http://{host.name}:{PUBLIC_PORT}")]
+    taken: list = []
+
+    def checkpoint(client) -> None:
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        time.sleep(2 * THINK_SECONDS)
+        began = time.monotonic()
+        command = client_host.python(
+            "-m", "nemo_gym.cli.main", "sessions", "checkpoint", "--instance", COUNTER, *urls, "--output", "/tmp/checkpoint.json",
+            "--secret-file", "/tmp/secret", stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        out, _ = command.communicate(timeout=STALE_TIMEOUT_SECONDS)
+        taken.append((began, command.returncode, out))
+        client.stdin.write("read\n")  # the sessions end (verify) only once the checkpoint is taken
+        client.stdin.flush()
+
+    records = run_sessions(shared, SESSIONS, 6 * THINK_SECONDS, checkpoint, verify=True, hold=True)
+    (began, code, out), = taken
+    assert code == 0 and f"checkpointed {SESSIONS} sessions of {COUNTER} from 3 replicas" in out, out
+    assert {status for record in records for status in statuses(record)} <= {200, 503}
+    assert [step for record in records for step in record["steps"] if step[1] == 503 and not step[2]] == []
+    saved = {row["session_id"]: int(row["state"]) for row in json.loads(client_host.path("/tmp/checkpoint.json").read_text())["sessions"]}
+    outside = {}
+    for record in records:
+        acked = [at for at, step in zip(record["times"], record["steps"]) if step[0] == "/increment_counter" and step[1] == 200]
+        in_file = saved[session_id(record)] - record["start"]
+        if not sum(at < began for at in acked) <= in_file <= len(acked) or not exact(record):
+            outside[record["start"]] = (sum(at < began for at in acked), in_file, len(acked), record["count"], record["reward"])
+    assert outside == {}
+
+
+def test_a_host_frozen_past_its_lease_loses_no_acknowledged_write_and_its_stale_requests_are_fenced(shared):
+    """h2 SIGSTOPped past its lease while sessions run through the balancer. Meanwhile each of its sessions
+    is added to at h1 (it counts h2 dead once silent, and adopts the session once h2's lease has expired),
+    then added to at h2 with the cookie from before (stale: h2 reads it when thawed). Thawed, h2 answers
+    those 503 with the cookie naming the adopter, where the retry is served; every count read is the sum
+    of the increments acknowledged to either client."""
+    frozen, adopter = shared.lan["h2"], shared.lan["h1"]
+    stale: list = []
+
+    def freeze_past_the_lease(client) -> None:
+        cookies = seeded_cookies(client)
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        time.sleep(THINK_SECONDS)
+        frozen.freeze()
+        try:
+            mine = [(number, cookie) for number, cookie in enumerate(cookies) if host_of(shared, cookie) == frozen.name]
+            args = {"adopt_url": f"http://{adopter.name}:{PUBLIC_PORT}", "stale_url": f"http://{frozen.name}:{PUBLIC_PORT}", "cookies": [c for _, c in mine], "seconds": FREEZE_SECONDS}
+            stale.append((mine, shared.client.python("-m", CLIENT_MODULE, "stale", json.dumps(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+            time.sleep(FREEZE_SECONDS)
+        finally:
+            frozen.thaw()
+        out, err = stale[0][1].communicate(timeout=STALE_TIMEOUT_SECONDS)
+        assert stale[0][1].returncode == 0, err[-3000:]
+        stale[0] = (stale[0][0], json.loads(out.splitlines()[-1]))
+        client.stdin.write("read\n")  # the counts are read once every stale increment is answered
+        client.stdin.flush()
+
+    records = run_sessions(shared, SESSIONS, FREEZE_SECONDS + AFTER_THAW_SECONDS, freeze_past_the_lease, verify=True, report_seeded=True, hold=True)
+    (mine, answers), = stale
+    ended = {record["start"]: statuses(record) for record in records if set(statuses(record)) - {200, 503}}
+    assert ended == {}
+    assert [step for record in records for step in record["steps"] if step[1] == 503 and not step[2]] == []
+    stale_acked = Counter()
+    for (number, _), answer in zip(mine, answers):
+        stale_acked[number] += sum(status == 200 for _, status, _ in answer["replies"])
+    wrong = {r["start"]: (r["count"], r["start"] + increments(r, 200) + stale_acked[n], r["reward"]) for n, r in enumerate(records) if not exact(r, stale_acked[n])}
+    assert wrong == {}
+    stale_url = f"http://{frozen.name}:{PUBLIC_PORT}"
+    at_frozen = [[reply for reply in answer["replies"] if reply[0] == stale_url][0] for answer in answers]
+    not_fenced = [reply for reply in at_frozen if not (reply[1] == 503 and FENCED.search(str(reply[2])))]
+    assert mine and not_fenced == []
+    # Adopted by h1 (the stale client's first increments) or by h3 (the balancer's clients' first), whichever came first.
+    adopters = Counter(host_of(shared, answer["retry_cookie"]) for answer in answers)
+    assert [answer["replies"][-1][1] for answer in answers] == [200] * len(mine) and set(adopters) <= {"h1", "h3"}, adopters
+    print(f"{len(mine)} sessions of {frozen.name}, adopted by {dict(adopters)}: each stale increment fenced (503), its retry served by the adopter")
+
+
+def test_the_sessions_of_a_host_killed_whole_are_adopted_within_the_lease_and_every_episode_scores(shared):
+    """The host owning the most sessions SIGKILLed whole between +1 and +2; it stays down."""
+    killed: list[tuple[Host, float, int]] = []
+
+    def kill_the_busiest(client) -> None:
+        owners = Counter(host_of(shared, cookie) for cookie in seeded_cookies(client))
+        (name, held), = owners.most_common(1)
+        host = shared.lan[name]
+        host.kill()
+        killed.append((host, time.monotonic(), held))
+        client.stdin.write("go\n")
+        client.stdin.flush()
+
+    records = run_sessions(shared, SESSIONS, RUN_AFTER_KILL_SECONDS, kill_the_busiest, verify=True, report_seeded=True)
+    (host, at, held), = killed
+    assert host.processes() == set()
+    wrong = {r["start"]: (statuses(r), r["count"], r["reward"]) for r in records if set(statuses(r)) - {200, 503} or not exact(r)}
+    assert wrong == {}
+    late = {r["start"]: first_200_after(r, at) for r in records if (first_200_after(r, at) or float("inf")) - at > LEASE_SECONDS + ADOPTION_BOUND_SECONDS}
+    assert late == {}
+    assert held > 0 and Counter(owner_host(shared, r) for r in records)[host.name] == 0
+    print(f"killed {host.name}, owner of {held} sessions; slowest first 200 after the kill: {max(first_200_after(r, at) - at for r in records):.1f} s")
+
+
+def first_200_after(record: dict, moment: float) -> float | None:
+    """When the session's first request after ``moment`` answered 200 came back (monotonic; the client's host shares the clock)."""
+    return next((at for at, step in zip(record["times"], record["steps"]) if at > moment and step[1] == 200), None)
