@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import SessionStore, SessionTaken, StoredSession
+from nemo_gym.metrics.meters import METERS
 
 
 class DurableSessions:
@@ -69,12 +71,15 @@ class DurableSessions:
             while self.gathering:
                 group, outcome = self.gathering, self.gathered
                 self.gathering, self.gathered = {}, None
+                started = time.perf_counter()
                 try:
                     taken = await self.store.commit(self.owner, group)
                 except Exception as error:
                     self.roll_back(group, outcome)
                     outcome.set_exception(error)
                     continue
+                finally:
+                    METERS.store_commit_seconds.observe(time.perf_counter() - started)
                 outcome.set_result(taken)
                 for session_id, state in group.items():
                     if self.pending.get(session_id, (None, None))[1] is outcome:
@@ -111,9 +116,12 @@ class DurableSessions:
             await self.adopt(stored)
 
     async def adopt(self, session: StoredSession) -> bool:
-        """Take over a dead owner's session as read from the store; False if another worker took it first."""
+        """Take over a dead owner's session as read from the store; False if another worker took it first.
+        A session taken over is this worker's live session now (``nemo_gym.metrics``)."""
         if not await self.store.claim(session, self.owner):
             return False
         self.states.restore(session.session_id, session.state)
         self.written[session.session_id] = session.state
+        METERS.sessions_adopted.inc()
+        METERS.live_sessions.inc()
         return True

@@ -9,6 +9,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.store import StoreUnavailable
+from nemo_gym.metrics.meters import session_ended
 from nemo_gym.routing.lost import RETRY_AFTER_SECONDS
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
@@ -40,7 +41,8 @@ class WriteThrough:
     A request's sessions are its cookie's and, on ``/mcp``, its token's (a tool call runs with that
     one). When the reply starts, each is written if its state changed, and committed (with the writes
     of other requests finishing meanwhile), before the caller can see the reply: nothing acknowledged
-    is lost with the worker. A 2xx reply on one of ``end_paths`` ends the cookie's session. A cookie
+    is lost with the worker. A 2xx reply on one of ``end_paths`` ends the cookie's session (counted as ended
+for the path's name, ``verify``: ``nemo_gym.metrics``). A cookie
     that names another owner for a session this worker holds (it adopted the session from a dead one)
     is stamped with this worker, so the reply's Set-Cookie names it. A session it does not hold is
     taken up from the store first if it was restored there and no worker has it yet.
@@ -82,6 +84,7 @@ class WriteThrough:
             if message["type"] == "http.response.start":
                 if ends and 200 <= message["status"] < 300:
                     self.sessions.end(session_id)
+                    session_ended(scope["path"].lstrip("/"))
                 try:
                     await self.sessions.save(touched)
                 except StoreUnavailable as error:

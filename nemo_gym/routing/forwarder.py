@@ -7,11 +7,14 @@ decides what the caller gets then.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
+from nemo_gym.metrics.meters import METERS
 from nemo_gym.routing.exchange import CallerLeft, Exchange, RequestBody
+from nemo_gym.routing.hop_tracing import hop_tracer
 from nemo_gym.routing.transport.base import Transport
 from nemo_gym.routing.transport.connection import ConnectionBroken
 
@@ -43,11 +46,16 @@ class OwnerBusy(Exception):
 
 
 class Forwarder:
-    """Sends requests to owner workers over the transport's kept-alive connections."""
+    """Sends requests to owner workers over the transport's kept-alive connections.
 
-    def __init__(self, transport: Transport, busy_wait_seconds: float = BUSY_OWNER_WAIT_SECONDS) -> None:
+    ``hop`` names where it forwards, in its metrics and spans: to a sibling "worker", or another "replica".
+    """
+
+    def __init__(self, transport: Transport, busy_wait_seconds: float = BUSY_OWNER_WAIT_SECONDS, hop: str = "worker") -> None:
         self.transport = transport
         self.busy_wait_seconds = busy_wait_seconds
+        self.hop = hop
+        self.tracer = hop_tracer(hop)
 
     async def forward(
         self,
@@ -63,12 +71,26 @@ class Forwarder:
         connection broke before its reply started.
 
         A caller that leaves cancels it. Only a dead owner's kept connections are dropped: closing a
-        live owner's would abort the requests it is serving.
+        live owner's would abort the requests it is serving. A forward whose reply came back is counted,
+        with its duration, under its hop (``nemo_gym.metrics``); with tracing, it is a span (``hop_tracing``).
         """
+        if self.tracer is None:
+            await self.forward_once(owner, scope, receive, send, busy_wait_seconds, headers)
+            return
+        with self.tracer.span(owner, scope, send) as (scope, send):
+            await self.forward_once(owner, scope, receive, send, busy_wait_seconds, headers)
+
+    async def forward_once(
+        self, owner: str, scope: Scope, receive: Receive, send: Send, busy_wait_seconds: float | None, headers: tuple[tuple[bytes, bytes], ...]
+    ) -> None:
+        started = time.perf_counter()
         busy_wait_seconds = self.busy_wait_seconds if busy_wait_seconds is None else busy_wait_seconds
         exchange = Exchange(scope, receive, send, headers)
         try:
             await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body, busy_wait_seconds))
+            if exchange.started:
+                METERS.forwarded[self.hop].inc()
+                METERS.forward_seconds[self.hop].observe(time.perf_counter() - started)
         except OwnerGone as gone:
             self.transport.forget(owner)
             gone.replay = exchange.replay()

@@ -15,6 +15,7 @@ from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
+from nemo_gym.metrics.meters import METERS
 from nemo_gym.routing.worker import OWNER_KEY
 
 # Starlette's default, which upstream keeps: 14 days.
@@ -98,7 +99,8 @@ class SessionIdMiddleware:
     as upstream NeMo Gym's agents do, keeps its session. With several workers it also stamps the
     session with its owner, this worker, when the session has none yet: a new session, or one minted
     by a single-worker server, which this worker adopts; in a replica set, with its replica too
-    (``replica``: its keys, ``nemo_gym.routing.replica``).
+    (``replica``: its keys, ``nemo_gym.routing.replica``). A new session is counted as started, and live
+    on this worker (``nemo_gym.metrics``).
     """
 
     def __init__(self, app: ASGIApp, owner: str | None = None, replica: dict[str, str | int] | None = None) -> None:
@@ -113,6 +115,8 @@ class SessionIdMiddleware:
             if not session_id:
                 session_id = uuid.uuid4().hex
                 scope[NEW_SESSION_SCOPE_KEY] = True
+                METERS.sessions_started.inc()
+                METERS.live_sessions.inc()
             session[SESSION_ID_KEY] = session_id  # written back every time, so every reply sets the cookie
             if self.owner is not None and OWNER_KEY not in session:
                 session[OWNER_KEY] = self.owner
