@@ -87,6 +87,8 @@ class SessionCookie:
         await self.app(scope, receive, send_with_cookie)
 
 
+# Every server's liveness route: the sessions its probes make are not counted.
+LIVENESS_PATH = "/"
 # Set in the ASGI scope of a request whose session this middleware has just made (no store can hold it yet).
 NEW_SESSION_SCOPE_KEY = "nemo_gym.new_session"
 
@@ -100,7 +102,7 @@ class SessionIdMiddleware:
     session with its owner, this worker, when the session has none yet: a new session, or one minted
     by a single-worker server, which this worker adopts; in a replica set, with its replica too
     (``replica``: its keys, ``nemo_gym.routing.replica``). A new session is counted as started, and live
-    on this worker (``nemo_gym.metrics``).
+    on this worker (``nemo_gym.metrics``), unless a liveness probe (``GET /``) made it.
     """
 
     def __init__(self, app: ASGIApp, owner: str | None = None, replica: dict[str, str | int] | None = None) -> None:
@@ -115,8 +117,9 @@ class SessionIdMiddleware:
             if not session_id:
                 session_id = uuid.uuid4().hex
                 scope[NEW_SESSION_SCOPE_KEY] = True
-                METERS.sessions_started.inc()
-                METERS.live_sessions.inc()
+                if scope["path"] != LIVENESS_PATH:
+                    METERS.sessions_started.inc()
+                    METERS.live_sessions.inc()
             session[SESSION_ID_KEY] = session_id  # written back every time, so every reply sets the cookie
             if self.owner is not None and OWNER_KEY not in session:
                 session[OWNER_KEY] = self.owner
