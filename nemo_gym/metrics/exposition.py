@@ -10,6 +10,7 @@ scrape, the live gauges of processes that are gone are dropped (``mark_process_d
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# A metrics file begins with how much of it is used, 8 bytes (prometheus_client's mmap_dict); it only grows.
+HEADER_BYTES = 8
 
 
 def make_metrics_dir() -> str:
@@ -45,7 +48,8 @@ def forget_dead_processes(directory: str) -> None:
     for path in glob.glob(os.path.join(glob.escape(directory), "gauge_live*_*.db")):
         pid = path.rsplit("_", 1)[1].removesuffix(".db")
         if pid.isdigit() and not is_alive(int(pid)):
-            mark_process_dead(int(pid), directory)
+            with contextlib.suppress(FileNotFoundError):  # another worker's scrape dropped them first
+                mark_process_dead(int(pid), directory)
 
 
 class Exposition:
@@ -54,12 +58,11 @@ class Exposition:
 
     def __init__(self, meters: Any, collectors: Iterable[Any] = ()) -> None:
         from prometheus_client import CollectorRegistry
-        from prometheus_client.multiprocess import MultiProcessCollector
 
         self.directory = os.environ.get(MULTIPROC_DIR_ENV)
         self.registry = CollectorRegistry()
         if self.directory:
-            MultiProcessCollector(self.registry, self.directory)
+            self.registry.register(WrittenFiles(self.directory))
         else:
             self.registry.register(InstalledMeters(meters))
         for collector in collectors:
@@ -71,6 +74,26 @@ class Exposition:
         if self.directory:
             forget_dead_processes(self.directory)
         return generate_latest(self.registry)
+
+
+class WrittenFiles:
+    """prometheus_client's multi-process collector over the files whose header is written. A worker that
+    starts makes each of its files empty, then sizes it: read in between, a file fails the whole scrape."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def collect(self) -> Iterable[Any]:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        files = []
+        for path in glob.glob(os.path.join(glob.escape(self.directory), "*.db")):
+            try:
+                if os.path.getsize(path) >= HEADER_BYTES:
+                    files.append(path)
+            except FileNotFoundError:  # a gone process's live gauges, dropped meanwhile
+                continue
+        return MultiProcessCollector.merge(files, accumulate=True)
 
 
 class InstalledMeters:

@@ -71,3 +71,15 @@ def test_a_zombie_counts_as_dead():
     finally:
         child.wait()
     assert not is_alive(child.pid)
+
+
+def test_a_file_that_a_starting_worker_has_made_and_not_yet_sized_is_left_out_of_the_scrape(monkeypatch):
+    directory = make_metrics_dir()
+    try:
+        start(directory, "cccccccccccccccc", stay=False).wait(timeout=60)
+        Path(directory, "counter_999999.db").touch()
+        monkeypatch.setenv(MULTIPROC_DIR_ENV, directory)
+        text = Exposition(METERS).text().decode()
+    finally:
+        remove_metrics_dir(directory)
+    assert value(text, "nemo_gym_sessions_started_total") == 3
