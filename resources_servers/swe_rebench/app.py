@@ -53,6 +53,7 @@ from resources_servers.swe_rebench.sandbox import (
     resolve_inside,
     run_process,
 )
+from resources_servers.swe_rebench.sandbox_metrics import SandboxMetrics
 from resources_servers.swe_rebench.sandbox_root import SandboxRoot
 from resources_servers.swe_rebench.sessions import Sandboxes, sandbox_names
 
@@ -196,6 +197,9 @@ class SweRebenchServer(SimpleResourcesServer):
 
     def session_states(self) -> Sandboxes:
         return self.sandboxes
+
+    def metric_collectors(self) -> list[SandboxMetrics]:
+        return [SandboxMetrics(self.root)]
 
     def durable_sandboxes(self) -> set[str]:
         """The sandboxes of the sessions in the store, which sweeps spare; none without durable sessions."""
