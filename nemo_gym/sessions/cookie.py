@@ -117,7 +117,7 @@ class SessionIdMiddleware:
             if not session_id:
                 session_id = uuid.uuid4().hex
                 scope[NEW_SESSION_SCOPE_KEY] = True
-                if scope["path"] != LIVENESS_PATH:
+                if scope.get("path") != LIVENESS_PATH:
                     METERS.sessions_started.inc()
                     METERS.live_sessions.inc()
             session[SESSION_ID_KEY] = session_id  # written back every time, so every reply sets the cookie
