@@ -41,10 +41,10 @@ class WriteThrough:
     A request's sessions are its cookie's and, on ``/mcp``, its token's (a tool call runs with that
     one). When the reply starts, each is written if its state changed, and committed (with the writes
     of other requests finishing meanwhile), before the caller can see the reply: nothing acknowledged
-    is lost with the worker. A 2xx reply on one of ``end_paths`` ends the cookie's session (counted as ended
-for the path's name, ``verify``: ``nemo_gym.metrics``). A cookie
-    that names another owner for a session this worker holds (it adopted the session from a dead one)
-    is stamped with this worker, so the reply's Set-Cookie names it. A session it does not hold is
+    is lost with the worker. A 2xx reply on one of ``end_paths`` ends the cookie's session (counted as
+    ended for the path's name, ``verify``: ``nemo_gym.metrics``). A cookie that names another owner for
+    a session this worker holds (it adopted the session from a dead one) is stamped with this worker, so
+    the reply's Set-Cookie names it. A session it does not hold is
     taken up from the store first if it was restored there and no worker has it yet.
 
     A write the store cannot commit (``StoreUnavailable``) replaces the app's reply with a 503 and

@@ -33,7 +33,6 @@ from nemo_gym import config as gym_config
 from nemo_gym.config.paths import import_server_module, server_module_checked
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.store import StoreError, open_store
-from nemo_gym.metrics.exposition import MULTIPROC_DIR_ENV, make_metrics_dir, remove_metrics_dir
 from nemo_gym.env import (
     CONFIG_PATH_ENV,
     ENTRYPOINT_ENV,
@@ -45,6 +44,7 @@ from nemo_gym.env import (
     WORKER_ENV,
     WORKER_LOG_DIR_ENV,
 )
+from nemo_gym.metrics.exposition import MULTIPROC_DIR_ENV, make_metrics_dir, remove_metrics_dir
 from nemo_gym.middleware.input_limits import InputLimits
 from nemo_gym.process.discovery import find_server_class
 from nemo_gym.routing.replica import ReplicaAddressError, advertised_host

@@ -8,8 +8,8 @@ import pytest
 import uvicorn
 
 from nemo_gym.process import run as gym_serve
-from nemo_gym.metrics.exposition import MULTIPROC_DIR_ENV
 from nemo_gym.env import CONFIG_PATH_ENV, ENTRYPOINT_ENV, INSTANCE_ENV, NUM_WORKERS_ENV, SOCKET_DIR_ENV, WORKER_ENV
+from nemo_gym.metrics.exposition import MULTIPROC_DIR_ENV
 from scripts.bench import server as bench
 from scripts.bench.servers import BENCH_MODULE, bench_server, write_config
 
