@@ -102,19 +102,22 @@ class Meters:
             self.responses[status] = meter
         return meter
 
-    def session_ended(self, reason: str) -> None:
-        """A session of this worker ended: it is no longer live, and is counted under ``reason``."""
+    def session_ended(self, reason: str, held: bool = True) -> None:
+        """A session ended, counted under ``reason``; ``held``: it was this worker's, which holds one fewer live
+        session now (false for one this worker never held: a row of a dead worker's that it removes)."""
         meter = self.ended.get(reason)
         if meter is None:
             meter = IDLE if self._ended is None else self._ended.labels(reason=reason)
             self.ended[reason] = meter
         meter.inc()
-        self.live_sessions.dec()
+        if held:
+            self.live_sessions.dec()
 
 
 METERS = Meters()
 
 
-def session_ended(reason: str) -> None:
-    """Count the end of a session of this worker (``verify``, ``close``, ``idle``, ...): call it once per session, where it ends."""
-    METERS.session_ended(reason)
+def session_ended(reason: str, held: bool = True) -> None:
+    """Count the end of a session (``verify``, ``close``, ``idle``, ...): call it once per session, where it ends,
+    with ``held=False`` for a session this worker did not hold (it is no live session of this worker's)."""
+    METERS.session_ended(reason, held)

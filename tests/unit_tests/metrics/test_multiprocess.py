@@ -83,3 +83,4 @@ def test_a_file_that_a_starting_worker_has_made_and_not_yet_sized_is_left_out_of
     finally:
         remove_metrics_dir(directory)
     assert value(text, "nemo_gym_sessions_started_total") == 3
+
