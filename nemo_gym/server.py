@@ -9,7 +9,7 @@ import os
 import secrets
 import sys
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
@@ -35,6 +35,9 @@ from nemo_gym.lifecycle.cap import Cap, LiveCount
 from nemo_gym.lifecycle.ending import SessionLifecycle
 from nemo_gym.lifecycle.middleware import Lifecycle
 from nemo_gym.lifecycle.registry import EndReason
+from nemo_gym.metrics.exposition import Exposition
+from nemo_gym.metrics.layers import MetricsEndpoint, ServedHere
+from nemo_gym.metrics.meters import METERS
 from nemo_gym.middleware.body_limit import BodyLimit
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.middleware.errors import ServerErrorsAsJson, server_error
@@ -280,8 +283,13 @@ class SimpleServer(BaseModel):
         """The per-session state this server keeps durable (``nemo_gym.durable``); None: memory only."""
         return None
 
+    def metric_collectors(self) -> Collection[Any]:
+        """The server's own metrics, read at each scrape of ``GET /metrics``: ``prometheus_client`` collectors
+        (objects with ``collect()``), made when the app is built; none by default."""
+        return ()
+
     def build_app(self, socket_dir: str | None = None) -> ASGIApp:
-        """The app uvicorn serves: the body limit, then (with routing) the session router, then the app.
+        """The app uvicorn serves: the metrics endpoint, the body limit, then (with routing) the session router, then the app.
 
         ``socket_dir`` is the directory of this host that the server's workers share (default: the
         launcher's, from the environment): the transport is built with it, and it holds the placement
@@ -305,6 +313,7 @@ class SimpleServer(BaseModel):
         elif self.config.num_workers > 1 and (socket_dir := socket_dir or os.environ.get(SOCKET_DIR_ENV)):
             # Unrouted workers too tell the launcher, through the transport, that they serve.
             self._transport = transport_class()(socket_dir)
+        METERS.install(self._worker_id, self.route_sessions)
         app = self.setup_webserver()
         states = self.session_states() if self._worker_id is not None and self.config.durable_sessions else None
         # A durable row is rewritten as a use at most every quarter of the idle timeout (README "Session lifecycle").
@@ -330,18 +339,18 @@ class SimpleServer(BaseModel):
             inner.insert(0, Middleware(CheckpointGate, gate=gate))
         sessions = [layer for layer in app.user_middleware if layer.cls in SESSION_LAYER]
         app.user_middleware = [*sessions, *inner, *(layer for layer in app.user_middleware if layer.cls not in SESSION_LAYER)]
-        local = CancelOnDisconnect(app)
+        local = ServedHere(CancelOnDisconnect(app))
+        exposition = Exposition(METERS, self.metric_collectors())
         if self._worker_id is None:
-            return BodyLimit(local, self.config.max_body_bytes)
+            return MetricsEndpoint(BodyLimit(local, self.config.max_body_bytes), exposition)
         owners = OwnerReader(self.session_options, token_serializer(self.secret))
         lost = LostWithOwner() if durable is None else Adopter(durable, self._transport.is_alive)
-        replicas = None if self._replicas is None else Forwarder(self._replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS)
+        replicas = None if self._replicas is None else Forwarder(self._replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS, hop="replica")
         if replicas is not None and durable is not None and durable.lease is not None:
             replicas.owner_expired, replicas.expiry_check_seconds = self._forwarder.owner_expired, self._forwarder.expiry_check_seconds
         router = self._router = SessionRouter(local, self._worker_id, owners, self._forwarder, self._placement, lost, self._replica, replicas)
-        if gate is not None:
-            return BodyLimit(CheckpointAdmin(router, gate, self.name, self.secret, self.config.session_store), self.config.max_body_bytes)
-        return BodyLimit(router, self.config.max_body_bytes)
+        served = router if gate is None else CheckpointAdmin(router, gate, self.name, self.secret, self.config.session_store)
+        return MetricsEndpoint(BodyLimit(served, self.config.max_body_bytes), exposition, self._worker_id)
 
     def session_lifecycle(self, socket_dir: str | None, durable: DurableSessions | None) -> SessionLifecycle:
         """The ends, idleness and caps of this worker's sessions; the live count is shared through ``socket_dir`` when routed."""

@@ -10,6 +10,7 @@ from nemo_gym.durable.lease import LeaseHolder, LeaseStore, OwnerLease
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import SessionStore, SessionTaken, StoredSession, StoreUnavailable
 from nemo_gym.durable.tombstones import ended_detail, tombstone
+from nemo_gym.metrics.meters import METERS
 
 
 class DurableSessions:
@@ -99,6 +100,7 @@ class DurableSessions:
             while self.gathering:
                 group, outcome, epoch = self.gathering, self.gathered, self.gathered_epoch
                 self.gathering, self.gathered = {}, None
+                started = time.perf_counter()
                 try:
                     # Gathered before the lease lapsed: what it holds may be stale, so none of it is written.
                     taken = set(group) if epoch != self.epoch else await self.store.commit(self.owner, group)
@@ -106,6 +108,8 @@ class DurableSessions:
                     self.roll_back(group, outcome)
                     outcome.set_exception(error)
                     continue
+                finally:
+                    METERS.store_commit_seconds.observe(time.perf_counter() - started)
                 outcome.set_result(taken)
                 written_at = time.monotonic()
                 for session_id, state in group.items():
@@ -221,4 +225,5 @@ class DurableSessions:
         self.states.restore(session.session_id, session.state)
         self.written[session.session_id] = session.state
         self.written_at[session.session_id] = time.monotonic()
+        METERS.sessions_adopted.inc()
         return True

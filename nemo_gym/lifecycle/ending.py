@@ -1,7 +1,7 @@
 """The one way a session ends, whatever ends it, and the sweeper that ends the idle ones.
 
 ``SessionLifecycle.end`` ends a live session once: it leaves the live set (a tombstone in its place,
-``registry``), stops counting toward the caps (``cap``), the server's hook ``on_session_end(session_id,
+``registry``), stops counting toward the caps (``cap``) and as live in the metrics (``nemo_gym.metrics``: ended by reason), the server's hook ``on_session_end(session_id,
 reason)`` runs (awaited; an error in it is logged, and the session is ended all the same), then the
 framework drops the session's durable state, and its row becomes a tombstone, written with the request's
 reply (verify, close) or at once (idle, expiry). A second end of the same session does nothing.
@@ -32,6 +32,7 @@ from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.lifecycle.cap import Cap, LiveCount
 from nemo_gym.lifecycle.registry import EndReason, SessionRegistry
 from nemo_gym.lifecycle.replies import end_detail
+from nemo_gym.metrics.meters import METERS
 from nemo_gym.routing.worker import is_worker_id
 from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS
 
@@ -83,12 +84,15 @@ class SessionLifecycle:
         else:
             self.count.add(1)
         self.registry.start(session_id)
+        METERS.sessions_started.inc()
+        METERS.live_sessions.inc()
         return None
 
     def keep(self, session_id: str) -> None:
         """Count a session that exists already (adopted from another worker, or taken up from the store) as live here."""
         self.count.add(1)
         self.registry.start(session_id)
+        METERS.live_sessions.inc()
 
     async def end(self, session_id: str, reason: EndReason) -> bool:
         """End the session if it is live (True): the hook, then its durable state dropped and its tombstone committed.
@@ -99,6 +103,7 @@ class SessionLifecycle:
         if not self.registry.end(session_id, detail):
             return False
         self.count.add(-1)
+        METERS.session_ended(reason)
         await asyncio.shield(asyncio.ensure_future(self.finish(session_id, reason, detail)))
         return True
 

@@ -1,4 +1,5 @@
-"""The head endpoint: serves the resolved config, credentials redacted, so a client started later finds the servers."""
+"""The head endpoint: serves the resolved config, credentials redacted, so a client started later finds the servers;
+and ``GET /metrics``: the servers it found them (``nemo_gym_instance_workers``, a scrape target list) and its own process."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import urllib.request
 
 import uvicorn
 from fastapi import FastAPI
+from fastapi.responses import Response
 
 from nemo_gym import config as gym_config
 from nemo_gym.config.redaction import redact
+from nemo_gym.metrics.layers import METRICS_PATH, TEXT_FORMAT
 from nemo_gym.env import CONFIG_PATH_ENV, DEFAULT_HOST, HEAD_PORT_ENV
 from nemo_gym.middleware.input_limits import InputLimits
 
@@ -21,7 +24,28 @@ def build_app(config_path: str) -> FastAPI:
     app = FastAPI(title="nemo_gym head")
     app.get("/")(lambda: {"status": "ok"})
     app.get("/global_config")(lambda: resolved)
+    exposition = head_metrics(gym_config.parse(resolved, check_ports=False))
+    app.get(METRICS_PATH)(lambda: Response(exposition(), media_type=TEXT_FORMAT))
     return app
+
+
+def head_metrics(instances: dict[str, gym_config.Instance]):
+    """What the head's ``GET /metrics`` answers: each instance's workers (its URL, what every server's own
+    ``/metrics`` aggregates), and this process's CPU and memory."""
+    from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+    from prometheus_client.core import GaugeMetricFamily
+
+    class Instances:
+        def collect(self):
+            family = GaugeMetricFamily("nemo_gym_instance_workers", "The workers of each server instance.", labels=["instance", "server_type", "url"])
+            for instance in instances.values():
+                family.add_metric([instance.name, instance.server_type, instance.url], instance.num_workers)
+            yield family
+
+    registry = CollectorRegistry()
+    registry.register(Instances())
+    ProcessCollector(registry=registry)
+    return lambda: generate_latest(registry)
 
 
 def fetch_instances(head_url: str, timeout: float = 10) -> dict[str, gym_config.Instance]:

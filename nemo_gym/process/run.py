@@ -44,6 +44,7 @@ from nemo_gym.env import (
     WORKER_ENV,
     WORKER_LOG_DIR_ENV,
 )
+from nemo_gym.metrics.exposition import MULTIPROC_DIR_ENV, make_metrics_dir, remove_metrics_dir
 from nemo_gym.middleware.input_limits import InputLimits
 from nemo_gym.process.discovery import find_server_class
 from nemo_gym.routing.replica import ReplicaAddressError, advertised_host
@@ -134,7 +135,17 @@ def serve(server_class: type[SimpleServer] | None = None, app_factory: str | Non
 
     ``app_factory`` ("module:function") builds each worker's app; by default ``worker_app``, from the
     instance's own module (the benchmark serves a server of its own, outside the server directories).
+    The instance's workers keep their metrics in a directory of its own, new at start (whatever
+    ``PROMETHEUS_MULTIPROC_DIR`` this process inherited) and removed at stop (``nemo_gym.metrics.exposition``).
     """
+    metrics_dir = os.environ[MULTIPROC_DIR_ENV] = make_metrics_dir()
+    try:
+        serve_instance(server_class, app_factory)
+    finally:
+        remove_metrics_dir(metrics_dir)
+
+
+def serve_instance(server_class: type[SimpleServer] | None, app_factory: str | None) -> None:
     instance = this_instance()
     if server_class is None and instance.num_workers > 1:
         # Forgotten once found, so that each forked worker imports the server's modules in its own environment.

@@ -10,6 +10,7 @@ A request crosses these modules top to bottom, and none of them imports ``nemo_g
 - ``replica``: which replica of a replica set (the same server on several hosts) owns a session.
 - ``placement``: where a new session starts (the worker that has started the fewest).
 - ``forwarder``: sending a request to its owner through the transport; it raises what went wrong.
+- ``hop_tracing``: each forward a span of the request's trace, where OpenTelemetry is set up.
 - ``exchange``: one forwarded request: the body streamed up, the reply streamed back as ASGI messages.
 - ``lost``: the ``LostSessionPolicy`` seam (serve here, forward to another owner, or reply), and the
   in-memory policy: a dead owner's session is lost (410). ``nemo_gym.durable.adoption`` is the other.

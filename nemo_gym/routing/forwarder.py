@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
+from nemo_gym.metrics.meters import METERS
 from nemo_gym.routing.exchange import CallerLeft, Exchange, RequestBody
+from nemo_gym.routing.hop_tracing import hop_tracer
 from nemo_gym.routing.transport.base import Transport
 from nemo_gym.routing.transport.connection import ConnectionBroken
 
@@ -55,13 +58,17 @@ class Forwarder:
     answers, so once its lease has expired the forward is given up as ``OwnerGone`` (the request is
     replayed to whoever serves in its place). The owner, if it wakes, finds its lease lapsed and refuses
     the request it was sent, unwritten (``durable.lease``, fencing), so the request takes effect once.
+
+    ``hop`` names where it forwards, in its metrics and spans: to a sibling "worker", or another "replica".
     """
 
-    def __init__(self, transport: Transport, busy_wait_seconds: float = BUSY_OWNER_WAIT_SECONDS) -> None:
+    def __init__(self, transport: Transport, busy_wait_seconds: float = BUSY_OWNER_WAIT_SECONDS, hop: str = "worker") -> None:
         self.transport = transport
         self.busy_wait_seconds = busy_wait_seconds
         self.owner_expired: Callable[[str], Awaitable[bool]] | None = None
         self.expiry_check_seconds = 1.0
+        self.hop = hop
+        self.tracer = hop_tracer(hop)
 
     async def forward(
         self,
@@ -78,12 +85,33 @@ class Forwarder:
         connection broke before its reply started. ``worker``: the owner worker whose lease counts (default: ``owner``).
 
         A caller that leaves cancels it. Only a dead owner's kept connections are dropped: closing a
-        live owner's would abort the requests it is serving.
+        live owner's would abort the requests it is serving. A forward whose reply came back is counted,
+        with its duration, under its hop (``nemo_gym.metrics``); with tracing, it is a span (``hop_tracing``).
         """
+        if self.tracer is None:
+            await self.forward_once(owner, scope, receive, send, busy_wait_seconds, headers, worker)
+            return
+        with self.tracer.span(owner, scope, send) as (scope, send):
+            await self.forward_once(owner, scope, receive, send, busy_wait_seconds, headers, worker)
+
+    async def forward_once(
+        self,
+        owner: str,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        busy_wait_seconds: float | None,
+        headers: tuple[tuple[bytes, bytes], ...],
+        worker: str | None,
+    ) -> None:
+        started = time.perf_counter()
         busy_wait_seconds = self.busy_wait_seconds if busy_wait_seconds is None else busy_wait_seconds
         exchange = Exchange(scope, receive, send, headers)
         try:
             await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body, busy_wait_seconds, worker or owner))
+            if exchange.started:
+                METERS.forwarded[self.hop].inc()
+                METERS.forward_seconds[self.hop].observe(time.perf_counter() - started)
         except OwnerGone as gone:
             if not gone.lease_expired:  # a replica's other workers may serve on over its kept connections
                 self.transport.forget(owner)

@@ -58,6 +58,7 @@ from resources_servers.swe_rebench.sandbox import (
     resolve_inside,
     run_process,
 )
+from resources_servers.swe_rebench.sandbox_metrics import SandboxMetrics
 from resources_servers.swe_rebench.sandbox_root import SandboxRoot
 from resources_servers.swe_rebench.sessions import Sandboxes, sandbox_names
 
@@ -225,6 +226,9 @@ class SweRebenchServer(SimpleResourcesServer):
         sandbox = self.sandboxes.pop(session_id, None)
         if sandbox is not None and reason is not EndReason.CONFLICT:
             await asyncio.to_thread(sandbox.remove)
+
+    def metric_collectors(self) -> list[SandboxMetrics]:
+        return [SandboxMetrics(self.root)]
 
     def durable_sandboxes(self) -> set[str]:
         """The sandboxes of the sessions in the store, which sweeps spare; none without durable sessions."""

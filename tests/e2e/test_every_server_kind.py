@@ -1,5 +1,5 @@
-"""What every server kind promises about hostile input, on real processes: a resources server at 2 workers,
-an agent, a model server and its backend, and the head endpoint in front of them."""
+"""What every server kind promises about hostile input, and its metrics, on real processes: a resources server
+at 2 workers, an agent, a model server and its backend, and the head endpoint in front of them."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from nemo_gym import config as gym_config
 from nemo_gym.process import discovery
@@ -129,3 +130,13 @@ def test_the_head_endpoint_serves_no_credential(stack):
     assert served["counter"]["resources_servers"]["example_session_state_mgmt"]["session_secret"] == "<redacted>"
     assert served["policy_model"]["responses_api_models"]["vllm_model"]["api_key"] == "<redacted>"
     assert served["counter"]["resources_servers"]["example_session_state_mgmt"]["port"] == stack.instances["counter"].port
+
+
+@pytest.mark.parametrize("name", [*STACK, "head"])
+def test_every_server_kind_and_the_head_answer_metrics_in_prometheus_text_without_a_cookie(stack, name):
+    url = stack.head_url if name == "head" else stack.instances[name].url
+    reply = requests.get(f"{url}/metrics", timeout=30)
+    assert reply.status_code == 200 and reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert "Set-Cookie" not in reply.headers
+    families = {family.name for family in text_string_to_metric_families(reply.text)}
+    assert ("nemo_gym_instance_workers" if name == "head" else "nemo_gym_requests_served_here") in families

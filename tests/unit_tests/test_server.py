@@ -290,7 +290,7 @@ def test_run_webserver_in_a_launcher_worker_returns_the_app_unserved(monkeypatch
         app = PydanticStateServer.run_webserver()
     finally:
         get_global_config_dict.cache_clear()
-    while not isinstance(app, FastAPI):  # inside the body limit and cancel on disconnect
+    while not isinstance(app, FastAPI):  # inside the metrics endpoint, the body limit, served-here and cancel on disconnect
         app = app.app
     assert {"/increment", "/verify", "/reverify_mode"} <= {route.path for route in app.routes}
 

@@ -30,7 +30,7 @@ from tests.unit_tests.routing_workers import McpPathEchoServer, instances
 
 NAME = f"reading_{uuid.uuid4().hex[:8]}"
 SERVER = McpPathEchoServer.for_instance(NAME, instances(NAME, 2, session_secret="s" * 40))
-ROUTER = SERVER.build_app(socket_dir="/nonexistent").app  # inside the body limit
+ROUTER = SERVER.build_app(socket_dir="/nonexistent").app.app  # inside the metrics endpoint and the body limit
 APP = ROUTER.app  # what the router serves locally: SessionMiddleware and the routes
 OWNERS = ["a" * 16, "b" * 16]
 COOKIE = SERVER.session_cookie

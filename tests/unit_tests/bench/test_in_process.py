@@ -15,7 +15,8 @@ async def play(routed: bool) -> tuple[object, list[dict | None]]:
     """Three episodes through the build; the app's router (None when off) and each episode's last session."""
     with tempfile.TemporaryDirectory(prefix="ngw-test-", dir="/tmp") as socket_dir:
         app = in_process.build(routed, socket_dir)
-        router = app.app if isinstance(app.app, SessionRouter) else None
+        inner = app.app.app  # inside the metrics endpoint and the body limit
+        router = inner if isinstance(inner, SessionRouter) else None
         sessions = []
         async with in_process.lifespan(app):
             for _ in range(3):

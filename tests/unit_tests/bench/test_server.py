@@ -9,6 +9,7 @@ import uvicorn
 
 from nemo_gym.process import run as gym_serve
 from nemo_gym.env import CONFIG_PATH_ENV, ENTRYPOINT_ENV, INSTANCE_ENV, NUM_WORKERS_ENV, SOCKET_DIR_ENV, WORKER_ENV
+from nemo_gym.metrics.exposition import MULTIPROC_DIR_ENV
 from scripts.bench import server as bench
 from scripts.bench.servers import BENCH_MODULE, bench_server, write_config
 
@@ -16,7 +17,7 @@ from scripts.bench.servers import BENCH_MODULE, bench_server, write_config
 @pytest.fixture
 def uvicorn_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, dict]]:
     """Each call of ``uvicorn.run`` (app, options) instead of serving; whatever serving sets in the environment is undone."""
-    for name in (WORKER_ENV, ENTRYPOINT_ENV, NUM_WORKERS_ENV, SOCKET_DIR_ENV, bench.MODULE_ENV):
+    for name in (WORKER_ENV, ENTRYPOINT_ENV, NUM_WORKERS_ENV, SOCKET_DIR_ENV, MULTIPROC_DIR_ENV, bench.MODULE_ENV):
         # Set first, so that monkeypatch removes it at the end even if it was not set before.
         monkeypatch.setenv(name, "")
         monkeypatch.delenv(name)

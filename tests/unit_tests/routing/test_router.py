@@ -112,7 +112,7 @@ async def test_single_worker_server_has_no_routing():
         response = await caller.post(worker, "/echo/x")
         cookies = {key: morsel.value for key, morsel in response.cookies.items()}
         assert OWNER_KEY not in session_of(worker.server.secret, cookies[worker.server.session_cookie])
-        assert isinstance(worker.app.app, CancelOnDisconnect)  # no router between the body limit and the app
+        assert isinstance(worker.app.app.app.app, CancelOnDisconnect)  # no router: metrics, body limit, served here, the app
     finally:
         await caller.close()
         await worker.stop()
@@ -175,7 +175,7 @@ class AnsweringPolicy:
 
 
 def router_of(worker: Worker) -> SessionRouter:
-    return worker.app.app  # inside the body limit
+    return worker.app.app.app  # inside the metrics endpoint and the body limit
 
 
 async def session_of_a_dead_owner(caller: Caller, a: Worker) -> tuple[dict[str, str], str]:

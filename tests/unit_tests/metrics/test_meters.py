@@ -1,0 +1,18 @@
+"""The meters of one process, read through its exposition."""
+
+from __future__ import annotations
+
+from nemo_gym.metrics.exposition import Exposition
+from nemo_gym.metrics.meters import METERS
+from tests.unit_tests.metrics.scrape import value
+
+
+def test_sessions_ended_are_counted_by_reason_and_leave_the_live_sessions():
+    METERS.install("dddddddddddddddd", keeps_sessions=True)
+    METERS.sessions_started.inc()
+    METERS.live_sessions.inc(2)
+    METERS.session_ended("idle")
+    METERS.session_ended("close")
+    text = Exposition(METERS).text().decode()
+    assert value(text, "nemo_gym_sessions_ended_total", reason="idle") == 1 == value(text, "nemo_gym_sessions_ended_total", reason="close")
+    assert value(text, "nemo_gym_live_sessions", worker="dddddddddddddddd") == 0
