@@ -58,6 +58,8 @@ class Instance:
     key_sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     # Where the server's code was found (set by nemo_gym.process.discovery.check_settings).
     directory: Path | None = field(default=None, compare=False)
+    # Whether the server's code imports ray (set there too; nemo_gym.ray_cluster.need).
+    needs_ray: bool = field(default=False, compare=False)
 
     @property
     def host(self) -> str:
@@ -70,6 +72,10 @@ class Instance:
     @property
     def num_workers(self) -> int:
         return self.settings["num_workers"]
+
+    @property
+    def num_replicas(self) -> int:
+        return self.settings.get("num_replicas", 1)
 
     @property
     def url(self) -> str:

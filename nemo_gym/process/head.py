@@ -13,6 +13,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.config.redaction import redact
 from nemo_gym.env import CONFIG_PATH_ENV, DEFAULT_HOST, HEAD_PORT_ENV
 from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.process.parent import follow_parent
 
 
 def build_app(config_path: str) -> FastAPI:
@@ -42,4 +43,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    follow_parent()
     main()
