@@ -22,8 +22,6 @@ import pytest
 
 from tests.hosts import Host, Hosts, HostsUnavailable, tail
 
-pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
-
 RAY_NODES = ["h1", "h2", "h3"]
 HOST_NAMES = [*RAY_NODES, "client"]
 GCS_PORT = 6379
@@ -72,6 +70,7 @@ def wait_listening(host: Host, port: int, process: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[RayCluster]:
+    pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
     try:
         lan = Hosts(HOST_NAMES).__enter__()
     except HostsUnavailable as error:
