@@ -25,12 +25,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from nemo_gym.config import Instance, merge
 from nemo_gym.env import PARENT_PID_ENV
+from nemo_gym.process.launcher import LaunchError
 from nemo_gym.routing.replica import replica_address
 
 # A replica's reservation: a sliver of one CPU, so that replicas take no CPU from the cluster's tasks.
@@ -98,12 +98,14 @@ class ReplicaSet:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         instance, count = self.instance, self.instance.num_replicas
+        too_few = f"{instance.name}: num_replicas {count} needs {count} nodes of the Ray cluster, one per replica; it has {{alive}} alive"
+        if (alive := sum(node["Alive"] for node in ray.nodes())) < count:
+            raise LaunchError(too_few.format(alive=alive))
         self.group = placement_group([dict(BUNDLE)] * count, strategy="STRICT_SPREAD")
         try:
             ray.get(self.group.ready(), timeout=PLACEMENT_TIMEOUT_SECONDS)
         except ray.exceptions.GetTimeoutError:
-            alive = sum(node["Alive"] for node in ray.nodes())
-            raise RuntimeError(f"{instance.name}: num_replicas {count} needs {count} nodes of the Ray cluster, one per replica; it has {alive} alive") from None
+            raise LaunchError(too_few.format(alive=sum(node["Alive"] for node in ray.nodes()))) from None
         actor_class = ray.remote(ReplicaNode)
         runtime_env = {"env_vars": {"PYTHONPATH": self.env["PYTHONPATH"]}} if self.env.get("PYTHONPATH") else None
         for index in range(count):
@@ -119,8 +121,10 @@ class ReplicaSet:
         for actor, host in zip(self.actors, hosts):
             own = merge(config, {instance.name: {instance.server_type: {instance.implementation: {**instance.settings, **shared, "host": host, "advertise_host": host, "num_replicas": 1}}}})
             starts.append(actor.start.remote(own, instance.name, self.env, timeout))
-        deadline = time.monotonic() + timeout + PLACEMENT_TIMEOUT_SECONDS
-        ray.get(starts, timeout=max(1.0, deadline - time.monotonic()))
+        try:
+            ray.get(starts, timeout=timeout + PLACEMENT_TIMEOUT_SECONDS)
+        except ray.exceptions.RayError as error:
+            raise LaunchError(f"{instance.name}: its replicas did not all start: {error}") from None
 
     def stop(self) -> None:
         import ray

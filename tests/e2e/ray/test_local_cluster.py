@@ -90,3 +90,14 @@ def test_gym_env_start_starts_one_local_cluster_for_a_ray_server_whose_workers_a
         if gym.poll() is None:
             gym.kill()
             gym.wait()
+
+
+def test_num_replicas_above_the_clusters_nodes_fails_the_start_naming_how_many_it_has(tmp_path):
+    """Ray's own ``local`` address: a new one-node cluster, too small for two replicas."""
+    settings = {"port": gym_config.free_port(), "num_workers": 2, "num_replicas": 2}
+    config = {"ray_head_node_address": "local", "counter": {"resources_servers": {"example_session_state_mgmt": settings}}}
+    (tmp_path / "gym.yaml").write_text(yaml.safe_dump(config))
+    command = [sys.executable, "-m", "nemo_gym.cli.main", "env", "start", "--config", str(tmp_path / "gym.yaml"), "--head-port", str(gym_config.free_port())]
+    result = subprocess.run(command, env=env(), capture_output=True, text=True, timeout=TIMEOUT_SECONDS, cwd=gym_config.REPO_ROOT)
+    assert result.returncode != 0
+    assert "counter: num_replicas 2 needs 2 nodes of the Ray cluster, one per replica; it has 1 alive" in result.stderr
