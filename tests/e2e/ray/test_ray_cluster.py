@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.env import EXTRA_ROOTS_ENV
@@ -172,6 +173,18 @@ def test_every_counter_episode_through_one_replicas_url_keeps_its_count(stack, c
     results = run_client(stack.cluster.lan["client"], "episodes", args, RUN_TIMEOUT_SECONDS)
     errors = [result["error"] for result in results if "error" in result]
     assert (sum(result["reward"] == 1.0 for result in results), errors[:3]) == (SESSIONS, [])
+
+
+def test_more_replicas_than_the_cluster_has_nodes_fail_the_start_naming_how_many_it_has(cluster):
+    settings = {**counter_settings(), "num_replicas": len(cluster.nodes) + 1, "port": COUNTER_PORT + 10}
+    config = {"ray_head_node_address": cluster.address, COUNTER: {"resources_servers": {"example_session_state_mgmt": settings}}}
+    h1 = cluster.nodes[0]
+    h1.path("/tmp/too-many.yaml").write_text(yaml.safe_dump(config))
+    command = ["-m", "nemo_gym.cli.main", "env", "start", "--config", "/tmp/too-many.yaml", "--head-port", str(COUNTER_PORT + 11)]
+    process = h1.python(*command, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = process.communicate(timeout=RUN_TIMEOUT_SECONDS)
+    assert process.returncode != 0
+    assert "counter: num_replicas 4 needs 4 nodes of the Ray cluster, one per replica; it has 3 alive" in err
 
 
 def test_gym_env_start_stopped_with_sigterm_leaves_no_project_process_on_any_node(stack):
