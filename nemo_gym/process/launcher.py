@@ -31,7 +31,6 @@ from nemo_gym.env import (
     PARENT_PID_ENV,
     SERVER_PROCESS_MODULE,
     SOCKET_DIR_ENV,
-    STATE_DIR_ENV,
     WORKER_LOG_DIR_ENV,
 )
 from nemo_gym.global_config import RAY_HEAD_NODE_ADDRESS_KEY_NAME
@@ -146,7 +145,8 @@ class Launcher:
             return
         from nemo_gym.ray_cluster.replicas import ReplicaSet
 
-        handed = {key: env[key] for key in ("PYTHONPATH", EXTRA_ROOTS_ENV, STATE_DIR_ENV) if env.get(key)}
+        # Where the code is, as here; every node keeps its own state directory.
+        handed = {key: env[key] for key in ("PYTHONPATH", EXTRA_ROOTS_ENV) if env.get(key)}
         for instance in replicated:
             self.replica_sets[instance.name] = ReplicaSet(instance, {**handed, **self.extra_env})
         for replica_set in self.replica_sets.values():

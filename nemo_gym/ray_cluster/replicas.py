@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,6 +80,7 @@ class ReplicaNode:
             except subprocess.TimeoutExpired:
                 os.killpg(self.keeper.pid, signal.SIGKILL)
                 self.keeper.wait()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
 
 class ReplicaSet:
