@@ -34,6 +34,8 @@ from nemo_gym.env import (
     WORKER_LOG_DIR_ENV,
 )
 from nemo_gym.global_config import RAY_HEAD_NODE_ADDRESS_KEY_NAME
+from nemo_gym.ray_cluster.cluster import join, leave
+from nemo_gym.ray_cluster.replicas import PlacementError, ReplicaSet
 from nemo_gym.routing.transport.unix import life_sockets, live_workers, make_socket_dir, remove_socket_dir
 
 STOP_GRACE_SECONDS = 15
@@ -81,7 +83,7 @@ class Launcher:
         self.socket_dirs: dict[str, str] = {}
         # Whether this process is connected to a Ray cluster, and the replica sets it placed there.
         self.ray_connected = False
-        self.replica_sets: dict[str, "ReplicaSet"] = {}
+        self.replica_sets: dict[str, ReplicaSet] = {}
 
     @property
     def head_url(self) -> str:
@@ -132,8 +134,6 @@ class Launcher:
             raise LaunchError(f"servers {sorted(i.name for i in replicated)} ask for num_replicas above 1, which needs a Ray cluster: set {RAY_HEAD_NODE_ADDRESS_KEY_NAME}")
         if not replicated and (address or not any(i.needs_ray for i in self.instances.values())):
             return
-        from nemo_gym.ray_cluster.cluster import join
-
         self.settings[RAY_HEAD_NODE_ADDRESS_KEY_NAME], _ = join(address, "gym env start")
         self.ray_connected = True
 
@@ -143,14 +143,15 @@ class Launcher:
         replicated = [i for i in self.instances.values() if i.num_replicas > 1]
         if not replicated:
             return
-        from nemo_gym.ray_cluster.replicas import ReplicaSet
-
         # Where the code is, as here; every node keeps its own state directory.
         handed = {key: env[key] for key in ("PYTHONPATH", EXTRA_ROOTS_ENV) if env.get(key)}
         for instance in replicated:
             self.replica_sets[instance.name] = ReplicaSet(instance, {**handed, **self.extra_env})
         for replica_set in self.replica_sets.values():
-            replica_set.start(self.resolved_config(), timeout)
+            try:
+                replica_set.start(self.resolved_config(), timeout)
+            except PlacementError as error:
+                raise LaunchError(str(error)) from None
 
     def _spawn(self, name: str, module: list[str], env: dict[str, str]) -> subprocess.Popen:
         # The child keeps its own copy of the log's descriptor; this process needs none.
@@ -242,8 +243,6 @@ class Launcher:
             remove_socket_dir(socket_dir)
         self.socket_dirs.clear()
         if self.ray_connected:
-            from nemo_gym.ray_cluster.cluster import leave
-
             leave()
             self.ray_connected = False
 

@@ -31,7 +31,6 @@ from typing import Any
 
 from nemo_gym.config import Instance, merge
 from nemo_gym.env import PARENT_PID_ENV
-from nemo_gym.process.launcher import LaunchError
 from nemo_gym.routing.replica import replica_address
 
 # A replica's reservation: a sliver of one CPU, so that replicas take no CPU from the cluster's tasks.
@@ -42,6 +41,10 @@ KEEPER_STOP_SECONDS = 25
 KEEPER_MODULE = "nemo_gym.ray_cluster.keeper"
 READY = "ready"
 LOG_TAIL_CHARACTERS = 4000
+
+
+class PlacementError(RuntimeError):
+    """The replicas could not be placed or started; the message says why (the launcher's LaunchError)."""
 
 
 class ReplicaNode:
@@ -102,12 +105,12 @@ class ReplicaSet:
         instance, count = self.instance, self.instance.num_replicas
         too_few = f"{instance.name}: num_replicas {count} needs {count} nodes of the Ray cluster, one per replica; it has {{alive}} alive"
         if (alive := sum(node["Alive"] for node in ray.nodes())) < count:
-            raise LaunchError(too_few.format(alive=alive))
+            raise PlacementError(too_few.format(alive=alive))
         self.group = placement_group([dict(BUNDLE)] * count, strategy="STRICT_SPREAD")
         try:
             ray.get(self.group.ready(), timeout=PLACEMENT_TIMEOUT_SECONDS)
         except ray.exceptions.GetTimeoutError:
-            raise LaunchError(too_few.format(alive=sum(node["Alive"] for node in ray.nodes()))) from None
+            raise PlacementError(too_few.format(alive=sum(node["Alive"] for node in ray.nodes()))) from None
         actor_class = ray.remote(ReplicaNode)
         runtime_env = {"env_vars": {"PYTHONPATH": self.env["PYTHONPATH"]}} if self.env.get("PYTHONPATH") else None
         for index in range(count):
@@ -126,7 +129,7 @@ class ReplicaSet:
         try:
             ray.get(starts, timeout=timeout + PLACEMENT_TIMEOUT_SECONDS)
         except ray.exceptions.RayError as error:
-            raise LaunchError(f"{instance.name}: its replicas did not all start: {error}") from None
+            raise PlacementError(f"{instance.name}: its replicas did not all start: {error}") from None
 
     def stop(self) -> None:
         import ray
