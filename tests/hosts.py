@@ -379,6 +379,11 @@ def run_client(host: Host, mode: str, args: dict, timeout: float) -> Any:
 
 def run_json(host: Host, args: list[str], timeout: float) -> Any:
     """Run ``python ARGS`` on ``host`` and read the JSON it prints last."""
+    return json.loads(run_python(host, args, timeout).splitlines()[-1])
+
+
+def run_python(host: Host, args: list[str], timeout: float) -> str:
+    """Run ``python ARGS`` on ``host``: its output, once it exited 0 within ``timeout`` (else RuntimeError)."""
     process = host.python(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = process.communicate(timeout=timeout)
@@ -388,4 +393,4 @@ def run_json(host: Host, args: list[str], timeout: float) -> Any:
         raise RuntimeError(f"{args} on host {host.name} ran over {timeout} s:\n{err[-3000:]}") from None
     if process.returncode != 0:
         raise RuntimeError(f"{args} on host {host.name} exited with {process.returncode}:\n{err[-3000:]}")
-    return json.loads(out.splitlines()[-1])
+    return out

@@ -26,7 +26,7 @@ from nemo_gym.env import EXTRA_ROOTS_ENV
 from tests.e2e.hosts.conftest import ReplicaSet
 from tests.e2e.hosts.test_replicas_across_hosts import assert_lost_and_kept, run_until_dead
 from tests.e2e.ray.conftest import RayCluster
-from tests.hosts import Host, run_client, run_json, start_balancer, start_gym
+from tests.hosts import Host, run_client, run_json, run_python, start_balancer, start_gym
 
 UPSTREAM_STYLE = REPO_ROOT / "tests" / "upstream_style"
 COUNTER_ROWS = REPO_ROOT / "resources_servers" / "example_session_state_mgmt" / "data" / "example.jsonl"
@@ -106,18 +106,6 @@ def replicas(cluster: RayCluster) -> Iterator[ReplicaSet]:
         yield replica_set
 
 
-def run_on(host: Host, args: list[str], timeout: float) -> str:
-    """``python ARGS`` on ``host``: its output, once it exited 0."""
-    process = host.python(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        out, err = process.communicate()
-    assert process.returncode == 0, err[-3000:]
-    return out
-
-
 def project_processes(host: Host) -> dict[int, str]:
     """The processes of this project on ``host``: Gym's (its modules on their command line) and the replicas' actors."""
     found = {}
@@ -162,7 +150,7 @@ def test_the_head_lists_the_counters_three_replicas_one_on_each_node(stack):
 def test_gym_eval_run_scores_every_counter_episode_over_the_replicas(stack):
     h1 = stack.cluster.nodes[0]
     args = ["-m", "nemo_gym.cli.main", "eval", "run", "--no-serve", "--input", str(COUNTER_ROWS), "--num-repeats", "40", "--concurrency", str(SESSIONS), "--output", "/tmp/rollouts.jsonl"]
-    run_on(h1, args, RUN_TIMEOUT_SECONDS)
+    run_python(h1, args, RUN_TIMEOUT_SECONDS)
     rows = [json.loads(line) for line in h1.path("/tmp/rollouts.jsonl").read_text().splitlines()]
     assert (len(rows), [row.get("error") for row in rows if row.get("reward") != 1.0][:3]) == (SESSIONS, [])
 
