@@ -137,6 +137,9 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     # The root URLs (http or https, no path) of this instance's replicas on other hosts, for clients: Gym's
     # client spreads new sessions over the instance's URL and these (README "A replica set").
     replicas: list[str] = []
+    # On a Ray cluster (``ray_head_node_address``), ``gym env start`` runs this many replicas, one per node,
+    # as one replica set, and lists them in ``replicas`` (README "On a Ray cluster").
+    num_replicas: int = Field(default=1, ge=1)
 
     @model_validator(mode="after")
     def replica_tls_whole(self) -> "BaseRunServerConfig":

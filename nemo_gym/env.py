@@ -14,6 +14,8 @@ SERVER_PROCESS_MODULE = "nemo_gym.process.run"
 CONFIG_PATH_ENV = "NEMO_GYM_CONFIG_PATH"  # the resolved config, a JSON file
 INSTANCE_ENV = "NEMO_GYM_INSTANCE"  # the instance this process serves
 HEAD_PORT_ENV = "NEMO_GYM_HEAD_PORT"
+# The launcher's PID: the process dies with it (nemo_gym/process/parent.py).
+PARENT_PID_ENV = "NEMO_GYM_PARENT_PID"
 EXTRA_ROOTS_ENV = "NEMO_GYM_EXTRA_ROOTS"  # search roots for server code, joined by os.pathsep
 # Where each worker of a multi-worker server writes its output, to a file of its own (the launcher's logs).
 WORKER_LOG_DIR_ENV = "NEMO_GYM_WORKER_LOG_DIR"

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
+from nemo_gym.config.paths import server_directory
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.checkpoint import CheckpointAdmin, CheckpointGate, Gate
@@ -43,6 +44,7 @@ from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.middleware.errors import ServerErrorsAsJson, server_error
 from nemo_gym.middleware.input_limits import InputLimits
 from nemo_gym.middleware.strict_json import StrictJSONRoute
+from nemo_gym.ray_cluster.need import code_imports_ray
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.lost import LostWithOwner
 from nemo_gym.routing.owner import OwnerReader
@@ -53,7 +55,7 @@ from nemo_gym.routing.transport import Transport, transport_class
 from nemo_gym.routing.transport.credentials import WINDOW_SECONDS, ReplicaCredentials
 from nemo_gym.routing.transport.tcp import TcpTransport, tls_contexts
 from nemo_gym.routing.worker import new_worker_id
-from nemo_gym.server_utils import ServerClient
+from nemo_gym.server_utils import ServerClient, initialize_ray
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY, SESSION_MAX_AGE_SECONDS, SessionCookie, SessionIdMiddleware, session_cookie_name
 from nemo_gym.sessions.secret import session_secret
 from nemo_gym.sessions.token import token_serializer
@@ -137,7 +139,10 @@ class SimpleServer(BaseModel):
 
     @classmethod
     def from_environment(cls) -> "SimpleServer":
-        """Build the server the launcher described in this process's environment."""
+        """Build the server the launcher described in this process's environment; one whose code imports
+        ray joins the config's Ray cluster first, as upstream's every server does (README "On a Ray cluster")."""
+        if code_imports_ray(server_directory(cls.__module__)):
+            initialize_ray()
         return cls(config=cls.load_config_from_global_config(), server_client=ServerClient.load_from_global_config())
 
     @classmethod

@@ -13,6 +13,7 @@ session) goes to the instance's URL or to one of the other replicas its ``replic
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
 import os
 import urllib.error
@@ -22,14 +23,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
-from omegaconf import DictConfig
+from omegaconf import DictConfig, open_dict
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client.owner_pool import OwnerPool, read_in_full
 from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT, BaseServerConfig
 from nemo_gym.env import DEFAULT_HEAD_PORT as DEFAULT_HEAD_SERVER_PORT, ENTRYPOINT_ENV, WORKER_ENV  # noqa: F401 (upstream's name)
-from nemo_gym.global_config import HEAD_SERVER_KEY_NAME, get_first_server_config_dict, get_global_config_dict, maybe_get_global_config_dict
+from nemo_gym.global_config import (
+    HEAD_SERVER_KEY_NAME,
+    RAY_HEAD_NODE_ADDRESS_KEY_NAME,
+    get_first_server_config_dict,
+    get_global_config_dict,
+    maybe_get_global_config_dict,
+)
+from nemo_gym.ray_cluster import cluster as ray_cluster
 from nemo_gym.routing.replica import other_replica_urls
 from nemo_gym.sessions.cookie import session_cookie_name
 
@@ -41,6 +49,7 @@ __all__ = [
     "get_first_server_config_dict",
     "get_response_json",
     "get_server_url",
+    "initialize_ray",
     "is_nemo_gym_fastapi_entrypoint",
     "raise_for_status",
     "request",
@@ -246,3 +255,44 @@ def is_nemo_gym_fastapi_entrypoint(file: str) -> bool:
     if os.environ.get(WORKER_ENV) != "1" or not entrypoint:
         return False
     return Path(file).resolve().parts[-len(Path(entrypoint).parts) :] == Path(entrypoint).parts
+
+
+# Whether this process started the Ray cluster it is connected to (upstream's flag).
+_NEMO_GYM_STARTED_RAY_CLUSTER: bool = False
+
+
+def initialize_ray() -> None:
+    """Upstream's: connect this process to Ray once. With the config's ``ray_head_node_address``, join that
+    cluster; without one, start a local cluster and write its address into this process's global config
+    (``ray_head_node_address``), so that what this process hands the config to joins it. The launcher
+    calls this for the servers that need Ray (README "On a Ray cluster"); ``RayMissing`` without the extra."""
+    global _NEMO_GYM_STARTED_RAY_CLUSTER
+    ray = ray_cluster.ray_module("initialize_ray")
+    if ray.is_initialized():
+        print("Ray already initialized")
+        return
+    global_config_dict = get_global_config_dict()
+    address = global_config_dict.get(RAY_HEAD_NODE_ADDRESS_KEY_NAME)
+    if address:
+        print(f"Connecting to Ray cluster at specified address: {address}")
+    else:
+        print("NeMo Gym is starting a new Ray cluster...")
+    gcs_address, started = ray_cluster.join(address)
+    if started:
+        _NEMO_GYM_STARTED_RAY_CLUSTER = True
+        with open_dict(global_config_dict):
+            global_config_dict[RAY_HEAD_NODE_ADDRESS_KEY_NAME] = gcs_address
+        print(f"Started Ray cluster at {gcs_address}")
+
+
+def maybe_ray_cluster_exit() -> None:
+    """Upstream's: at exit, stop the Ray cluster this process started (a joined one is left running)."""
+    global _NEMO_GYM_STARTED_RAY_CLUSTER
+    if not _NEMO_GYM_STARTED_RAY_CLUSTER:
+        return
+    print("Shutting down Ray cluster spun up by NeMo Gym...")
+    ray_cluster.leave()
+    _NEMO_GYM_STARTED_RAY_CLUSTER = False
+
+
+atexit.register(maybe_ray_cluster_exit)

@@ -177,8 +177,8 @@ class Host:
         self.started.append(process)
         return process
 
-    def python(self, *args: str, **popen) -> subprocess.Popen:
-        return self.run([sys.executable, *args], **popen)
+    def python(self, *args: str, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
+        return self.run([sys.executable, *args], env=env, **popen)
 
     def path(self, path: str) -> Path:
         """A file of this host's filesystem (its own /tmp), as this process reaches it."""
@@ -329,8 +329,9 @@ def tail(path: Path, lines: int) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
-def start_gym(configs: list[tuple[Host, dict]], timeout: float) -> list[subprocess.Popen]:
-    """``gym env start`` on each host with its config, all at once, until each says all its servers are up.
+def start_gym(configs: list[tuple[Host, dict]], timeout: float, env: dict[str, str] | None = None) -> list[subprocess.Popen]:
+    """``gym env start`` on each host with its config (and ``env`` added to its environment), all at once,
+    until each says all its servers are up.
 
     Each host's servers, head endpoint and logs are its own; the log of ``gym env start`` is
     /tmp/gym.log of its host. Raises with the end of a host's log if its servers do not come up."""
@@ -339,7 +340,7 @@ def start_gym(configs: list[tuple[Host, dict]], timeout: float) -> list[subproce
         host.path("/tmp/gym.yaml").write_text(yaml.safe_dump(config))
         with open(host.path("/tmp/gym.log"), "wb") as log:
             command = ["-m", "nemo_gym.cli.main", "env", "start", "--config", "/tmp/gym.yaml", "--start-timeout", str(timeout)]
-            started.append(host.python(*command, stdout=log, stderr=subprocess.STDOUT))
+            started.append(host.python(*command, stdout=log, stderr=subprocess.STDOUT, env=env))
     deadline = time.monotonic() + timeout + COMMAND_TIMEOUT_SECONDS
     for (host, _), process in zip(configs, started):
         log = host.path("/tmp/gym.log")
@@ -378,6 +379,11 @@ def run_client(host: Host, mode: str, args: dict, timeout: float) -> Any:
 
 def run_json(host: Host, args: list[str], timeout: float) -> Any:
     """Run ``python ARGS`` on ``host`` and read the JSON it prints last."""
+    return json.loads(run_python(host, args, timeout).splitlines()[-1])
+
+
+def run_python(host: Host, args: list[str], timeout: float) -> str:
+    """Run ``python ARGS`` on ``host``: its output, once it exited 0 within ``timeout`` (else RuntimeError)."""
     process = host.python(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = process.communicate(timeout=timeout)
@@ -387,4 +393,4 @@ def run_json(host: Host, args: list[str], timeout: float) -> Any:
         raise RuntimeError(f"{args} on host {host.name} ran over {timeout} s:\n{err[-3000:]}") from None
     if process.returncode != 0:
         raise RuntimeError(f"{args} on host {host.name} exited with {process.returncode}:\n{err[-3000:]}")
-    return json.loads(out.splitlines()[-1])
+    return out

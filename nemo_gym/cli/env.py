@@ -58,8 +58,9 @@ def config_layers(args: argparse.Namespace) -> dict[str, Any]:
     return layers
 
 
-def instances_from_args(args: argparse.Namespace) -> dict[str, gym_config.Instance]:
-    return discovery.load(**config_layers(args))
+def config_from_args(args: argparse.Namespace) -> tuple[dict, dict[str, gym_config.Instance]]:
+    """The config's top-level settings (``ray_head_node_address`` ...) and its instances."""
+    return discovery.load_config(**config_layers(args))
 
 
 def resolve(args: argparse.Namespace) -> int:
@@ -137,7 +138,7 @@ def init(args: argparse.Namespace) -> int:
 
 
 def start(args: argparse.Namespace) -> int:
-    instances = instances_from_args(args)
+    settings, instances = config_from_args(args)
     try:
         head_port_taken = gym_config.port_in_use(DEFAULT_HOST, args.head_port)
     except OSError as error:
@@ -147,7 +148,7 @@ def start(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    with Launcher(instances, args.head_port, start_timeout=args.start_timeout) as launcher:
+    with Launcher(instances, args.head_port, start_timeout=args.start_timeout, settings=settings) as launcher:
         print(launcher.table(), flush=True)
         print("All servers are up. Ctrl-C stops them.", flush=True)
         while not stop.wait(1):

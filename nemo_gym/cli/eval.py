@@ -15,7 +15,7 @@ from typing import Any
 from nemo_gym import config as gym_config
 from nemo_gym.evaluation.agent_metrics import metrics_by_agent, rollout_order, write_agent_metrics
 from nemo_gym.evaluation.benchmarks import benchmarks_of, prepare_function, prepare as prepare_benchmark
-from nemo_gym.cli.env import instances_from_args, uses_config
+from nemo_gym.cli.env import config_from_args, uses_config
 from nemo_gym.cli.upstream_keys import gives_config_paths
 from nemo_gym.client.reading import ReadingClient
 from nemo_gym.config import Instance, free_port
@@ -47,8 +47,8 @@ def servers(args: argparse.Namespace) -> Iterator[dict[str, Instance]]:
     """With a config (``--config``, ``+config_paths=[...]`` or ``--resources-server``) its servers, started here and stopped after;
     without one, the servers of a running ``gym env start`` (its head endpoint)."""
     if uses_config(args) or args.resources_server:
-        instances = instances_from_args(args)
-        with Launcher(instances, free_port(), start_timeout=args.start_timeout):
+        settings, instances = config_from_args(args)
+        with Launcher(instances, free_port(), start_timeout=args.start_timeout, settings=settings):
             yield instances
     else:
         yield fetch_instances(args.head_url or f"http://127.0.0.1:{args.head_port}")
@@ -77,9 +77,9 @@ def run(args: argparse.Namespace) -> int:
         instances = fetch_instances(args.head_url or f"http://127.0.0.1:{args.head_port}")
         asyncio.run(evaluate(instances, pick_agent(instances, args.agent), rows, args))
         return 0
-    instances = instances_from_args(args)
+    settings, instances = config_from_args(args)
     agent = pick_agent(instances, args.agent)
-    with Launcher(instances, free_port(), start_timeout=args.start_timeout):
+    with Launcher(instances, free_port(), start_timeout=args.start_timeout, settings=settings):
         asyncio.run(evaluate(instances, agent, rows, args))
     return 0
 

@@ -24,9 +24,10 @@ from nemo_gym.env import DEFAULT_HOST
 
 REPO_ROOT = INSTALL_ROOT
 INSTANCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
-# Upstream's global keys: accepted and kept, never read as instances. Of these, this project acts on
-# config_paths only. Upstream also reserves _inherit_from and _copy: here they are directives inside a
-# block (directives.py), and one at the top level is an error.
+# Upstream's global keys: accepted and kept, never read as instances, and handed to every server. Of
+# these, this project acts on config_paths and ray_head_node_address (README "On a Ray cluster").
+# Upstream also reserves _inherit_from and _copy: here they are directives inside a block
+# (directives.py), and one at the top level is an error.
 RESERVED_KEYS = frozenset(
     """config_paths entrypoint default_host head_server disallowed_ports head_server_deps python_version
     pip_install_verbose use_absolute_ip uv_pip_set_python skip_venv_if_present hf_token ray_head_node_address
@@ -58,6 +59,8 @@ class Instance:
     key_sources: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
     # Where the server's code was found (set by nemo_gym.process.discovery.check_settings).
     directory: Path | None = field(default=None, compare=False)
+    # Whether the server's code imports ray (set there too; nemo_gym.ray_cluster.need).
+    needs_ray: bool = field(default=False, compare=False)
 
     @property
     def host(self) -> str:
@@ -70,6 +73,10 @@ class Instance:
     @property
     def num_workers(self) -> int:
         return self.settings["num_workers"]
+
+    @property
+    def num_replicas(self) -> int:
+        return self.settings.get("num_replicas", 1)
 
     @property
     def url(self) -> str:

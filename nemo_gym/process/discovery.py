@@ -10,9 +10,10 @@ from types import ModuleType
 
 from pydantic import ValidationError
 
-from nemo_gym.config import Instance, parse, resolve
+from nemo_gym.config import RESERVED_KEYS, Instance, parse, resolve
 from nemo_gym.config.files import ConfigError
 from nemo_gym.config.paths import find_implementation, make_importable, search_roots, server_module_checked
+from nemo_gym.ray_cluster.need import RayMissing, code_imports_ray, is_ray_missing
 from nemo_gym.server import SimpleServer
 
 
@@ -38,11 +39,23 @@ def load(
     initial: tuple[str, dict] | None = None,
 ) -> dict[str, Instance]:
     """Read config files, env.yaml files and overrides, and check each instance against its server's own config model."""
+    return load_config(paths, check_ports, overrides, roots, initial)[1]
+
+
+def load_config(
+    paths: Iterable[str | Path],
+    check_ports: bool = True,
+    overrides: Iterable[str] = (),
+    roots: list[Path] | None = None,
+    initial: tuple[str, dict] | None = None,
+) -> tuple[dict, dict[str, Instance]]:
+    """``load``, and the config's top-level settings (upstream's global keys it sets, such as
+    ``ray_head_node_address``), which the launcher hands every server beside the instances."""
     roots = search_roots() if roots is None else roots
     data, sources = resolve(paths, overrides, roots, initial)
     instances = parse(data, sources, check_ports)
     check_settings(instances, roots)
-    return instances
+    return {key: value for key, value in data.items() if key in RESERVED_KEYS}, instances
 
 
 def check_settings(instances: dict[str, Instance], roots: list[Path] | None = None) -> None:
@@ -60,10 +73,15 @@ def check_settings(instances: dict[str, Instance], roots: list[Path] | None = No
             try:
                 module = stack.enter_context(server_module_checked(instance.module))
                 server_class = find_server_class(module)
-            except (ImportError, LookupError) as error:
+            except ImportError as error:
+                if is_ray_missing(error):
+                    raise ConfigError(f"{instance.where('entrypoint')}: {RayMissing(f'server {instance.name!r}')}") from None
+                raise ConfigError(f"{instance.where('entrypoint')}: cannot load a server app from {instance.module}: {error!r}") from error
+            except LookupError as error:
                 raise ConfigError(f"{instance.where('entrypoint')}: cannot load a server app from {instance.module}: {error!r}") from error
             if not Path(module.__file__).resolve().is_relative_to(instance.directory):
                 raise ConfigError(f"{instance.where()}: {instance.module} was already imported from {module.__file__}, not from {instance.directory}")
+            instance.needs_ray = code_imports_ray(instance.directory)
             try:
                 server_class.validate_config(instance.name, instance.settings)
             except ValidationError as error:

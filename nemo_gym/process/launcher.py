@@ -1,4 +1,10 @@
-"""Start every instance of a config as its own process, wait until each answers, stop them by PID."""
+"""Start every instance of a config as its own process, wait until each answers, stop them by PID.
+
+A config with servers that need Ray (their code imports it) or instances with ``num_replicas`` above 1
+connects this process to the one Ray cluster (``ray_head_node_address``, or a local one it starts)
+and hands its address to every server; each replicated instance runs as replicas on the cluster's
+nodes (``nemo_gym.ray_cluster.replicas``). Each process started here dies with this one
+(``nemo_gym.process.parent``)."""
 
 from __future__ import annotations
 
@@ -16,7 +22,20 @@ from glob import escape as glob_escape
 from pathlib import Path
 
 from nemo_gym.config import REPO_ROOT, Instance, config_of, merge
-from nemo_gym.env import CONFIG_PATH_ENV, DEFAULT_HOST, EXTRA_ROOTS_ENV, HEAD_PORT_ENV, INSTANCE_ENV, SERVER_PROCESS_MODULE, SOCKET_DIR_ENV, WORKER_LOG_DIR_ENV
+from nemo_gym.env import (
+    CONFIG_PATH_ENV,
+    DEFAULT_HOST,
+    EXTRA_ROOTS_ENV,
+    HEAD_PORT_ENV,
+    INSTANCE_ENV,
+    PARENT_PID_ENV,
+    SERVER_PROCESS_MODULE,
+    SOCKET_DIR_ENV,
+    WORKER_LOG_DIR_ENV,
+)
+from nemo_gym.global_config import RAY_HEAD_NODE_ADDRESS_KEY_NAME
+from nemo_gym.ray_cluster.cluster import join, leave
+from nemo_gym.ray_cluster.replicas import PlacementError, ReplicaSet
 from nemo_gym.routing.transport.unix import life_sockets, live_workers, make_socket_dir, remove_socket_dir
 
 STOP_GRACE_SECONDS = 15
@@ -44,7 +63,7 @@ class Launcher:
     def __init__(
         self,
         instances: dict[str, Instance],
-        head_port: int,
+        head_port: int | None,
         extra_env: dict[str, str] | None = None,
         start_timeout: float | None = None,
         settings: dict | None = None,
@@ -52,6 +71,7 @@ class Launcher:
         self.instances = instances
         # Top-level settings (upstream's global keys, e.g. observability_enabled) every server reads beside the instances.
         self.settings = settings or {}
+        # None: no head endpoint (a replica's own launcher, on its node).
         self.head_port = head_port
         self.extra_env = extra_env or {}
         # Seconds until every server answers and every worker serves; else the start fails.
@@ -61,6 +81,9 @@ class Launcher:
         # A socket directory per multi-worker server, made here so that stop() removes it whatever
         # became of the server's own process.
         self.socket_dirs: dict[str, str] = {}
+        # Whether this process is connected to a Ray cluster, and the replica sets it placed there.
+        self.ray_connected = False
+        self.replica_sets: dict[str, ReplicaSet] = {}
 
     @property
     def head_url(self) -> str:
@@ -73,7 +96,8 @@ class Launcher:
         """Start every server and wait until all serve, for ``timeout`` seconds (default: ``start_timeout``)."""
         timeout = self.start_timeout if timeout is None else timeout
         config_path = self.run_dir / "resolved_config.json"
-        config_path.write_text(json.dumps(self.resolved_config(), indent=2))
+        # First: joining or starting a cluster may set Ray's variables (RAY_AUTH_MODE) that the servers need.
+        self._connect_ray()
         env = {**os.environ, **self.extra_env, CONFIG_PATH_ENV: str(config_path), HEAD_PORT_ENV: str(self.head_port)}
         # Every line a server prints is in its log at once, even if it is killed next.
         env.update({"PYTHONUNBUFFERED": "1", WORKER_LOG_DIR_ENV: str(self.run_dir)})
@@ -82,24 +106,58 @@ class Launcher:
         roots = [str(i.directory.parent.parent) for i in self.instances.values() if i.directory is not None]
         env[EXTRA_ROOTS_ENV] = os.pathsep.join(dict.fromkeys(filter(None, [*roots, env.get(EXTRA_ROOTS_ENV)])))
         try:
+            self._place_replicas(env, timeout)
+            config_path.write_text(json.dumps(self.resolved_config(), indent=2))
             for name, instance in self.instances.items():
+                if name in self.replica_sets:
+                    continue
                 if instance.num_workers > 1:
                     self.socket_dirs[name] = make_socket_dir()
                 own_env = {**env, INSTANCE_ENV: name, SOCKET_DIR_ENV: self.socket_dirs.get(name, "")}
                 self.processes[name] = self._spawn(name, [SERVER_PROCESS_MODULE], own_env)
-            self.processes["head"] = self._spawn("head", ["nemo_gym.process.head"], env)
-            urls = {name: instance.url for name, instance in self.instances.items()} | {"head": self.head_url}
+            urls = {name: instance.url for name, instance in self.instances.items() if name not in self.replica_sets}
+            if self.head_port is not None:
+                self.processes["head"] = self._spawn("head", ["nemo_gym.process.head"], env)
+                urls["head"] = self.head_url
             self._wait_ready(urls, timeout)
         except BaseException:
             self.stop()
             raise
         return self
 
+    def _connect_ray(self) -> None:
+        """Join the config's Ray cluster when this process places replicas on it; start a local one when a
+        server needs Ray and the config names none (its address then goes to every server)."""
+        address = self.settings.get(RAY_HEAD_NODE_ADDRESS_KEY_NAME)
+        replicated = [i for i in self.instances.values() if i.num_replicas > 1]
+        if replicated and not address:
+            raise LaunchError(f"servers {sorted(i.name for i in replicated)} ask for num_replicas above 1, which needs a Ray cluster: set {RAY_HEAD_NODE_ADDRESS_KEY_NAME}")
+        if not replicated and (address or not any(i.needs_ray for i in self.instances.values())):
+            return
+        self.settings[RAY_HEAD_NODE_ADDRESS_KEY_NAME], _ = join(address, "gym env start")
+        self.ray_connected = True
+
+    def _place_replicas(self, env: dict[str, str], timeout: float) -> None:
+        """Each instance with ``num_replicas`` above 1: its replicas on as many nodes, serving before anything
+        else starts; the instance's settings then name them (``host`` the first, ``replicas`` all)."""
+        replicated = [i for i in self.instances.values() if i.num_replicas > 1]
+        if not replicated:
+            return
+        # Where the code is, as here; every node keeps its own state directory.
+        handed = {key: env[key] for key in ("PYTHONPATH", EXTRA_ROOTS_ENV) if env.get(key)}
+        for instance in replicated:
+            self.replica_sets[instance.name] = ReplicaSet(instance, {**handed, **self.extra_env})
+        for replica_set in self.replica_sets.values():
+            try:
+                replica_set.start(self.resolved_config(), timeout)
+            except PlacementError as error:
+                raise LaunchError(str(error)) from None
+
     def _spawn(self, name: str, module: list[str], env: dict[str, str]) -> subprocess.Popen:
         # The child keeps its own copy of the log's descriptor; this process needs none.
         with open(self.run_dir / f"{name}.log", "wb") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", *module], env=env, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                [sys.executable, "-m", *module], env={**env, PARENT_PID_ENV: str(os.getpid())}, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
 
     def log_tail(self, name: str) -> str:
@@ -160,7 +218,11 @@ class Launcher:
             return False
 
     def stop(self) -> None:
-        """SIGTERM each process, give it time to shut down, then SIGKILL whatever is left of its group."""
+        """Stop every replica set (each replica on its node, below), then SIGTERM each process, give it time to
+        shut down, then SIGKILL whatever is left of its group; last, leave the Ray cluster."""
+        for replica_set in self.replica_sets.values():
+            replica_set.stop()
+        self.replica_sets.clear()
         for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -180,11 +242,17 @@ class Launcher:
         for socket_dir in self.socket_dirs.values():
             remove_socket_dir(socket_dir)
         self.socket_dirs.clear()
+        if self.ray_connected:
+            leave()
+            self.ray_connected = False
 
     def table(self) -> str:
         rows = [("name", "type", "address", "workers")]
-        rows += [(i.name, i.server_type, i.url, str(i.num_workers)) for i in self.instances.values()]
-        rows.append(("head", "-", self.head_url, "1"))
+        for i in self.instances.values():
+            urls = self.replica_sets[i.name].urls if i.name in self.replica_sets else [i.url]
+            rows += [(i.name, i.server_type, url, str(i.num_workers)) for url in urls]
+        if self.head_port is not None:
+            rows.append(("head", "-", self.head_url, "1"))
         widths = [max(len(row[column]) for row in rows) for column in range(4)]
         return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 

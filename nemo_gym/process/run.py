@@ -47,6 +47,7 @@ from nemo_gym.env import (
 from nemo_gym.metrics.exposition import MULTIPROC_DIR_ENV, make_metrics_dir, remove_metrics_dir
 from nemo_gym.middleware.input_limits import InputLimits
 from nemo_gym.process.discovery import find_server_class
+from nemo_gym.process.parent import die_with_parent, follow_parent
 from nemo_gym.routing.replica import ReplicaAddressError, advertised_host
 from nemo_gym.routing.transport.tcp import claim_forward_port
 from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir
@@ -123,9 +124,16 @@ def fork_workers() -> None:
     """Make uvicorn fork its workers from this process. A forked worker gets back the signal handlers this
     process had before uvicorn's supervisor set its own (a spawned one starts with the defaults), and this
     process's objects are frozen out of the collector, so that a worker's collections neither walk nor
-    copy them."""
+    copy them. A worker dies with this process."""
     handlers = {sig: handler for sig in SIGNALS if (handler := signal.getsignal(sig)) is not None}
-    os.register_at_fork(after_in_child=lambda: [signal.signal(sig, handler) for sig, handler in handlers.items()])
+
+    def in_worker() -> None:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        # A worker whose server process is gone (killed) has no one to stop it: it goes too.
+        die_with_parent(signal.SIGKILL)
+
+    os.register_at_fork(after_in_child=in_worker)
     uvicorn._subprocess.spawn = multiprocessing.get_context("fork")
     gc.freeze()
 
@@ -205,4 +213,5 @@ def claim_replica_port(config: BaseRunServerInstanceConfig, name: str):
 
 
 if __name__ == "__main__":
+    follow_parent()
     serve()

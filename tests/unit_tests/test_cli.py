@@ -220,7 +220,7 @@ class LauncherSpy:
 
     timeouts: list[float | None] = []
 
-    def __init__(self, instances, head_port, extra_env=None, start_timeout=None) -> None:
+    def __init__(self, instances, head_port, extra_env=None, start_timeout=None, settings=None) -> None:
         LauncherSpy.timeouts.append(start_timeout)
 
     def __enter__(self):

@@ -61,7 +61,7 @@ ISSUE_24 = {
     "nemo_gym": {"__version__"},
     "nemo_gym.base_resources_server": {"BaseResourcesServer"},
     "nemo_gym.config_types": {"BenchmarkDatasetConfig"},
-    "nemo_gym.server_utils": {"BaseServer", "SimpleServer", "HeadServer", "setup_server_client", "initialize_ray"},
+    "nemo_gym.server_utils": {"BaseServer", "SimpleServer", "HeadServer", "setup_server_client"},
     "nemo_gym.base_responses_api_agent": {
         "BaseResponsesAPIAgent",
         "rollout_id_from_run",

@@ -1,0 +1,195 @@
+"""Gym on a real 3-node Ray cluster (tests/e2e/ray/conftest.py): upstream's Ray servers unchanged, and
+replicas placed one per node (issue 22).
+
+Two ``gym env start`` runs on h1, each with ``ray_head_node_address`` the cluster's head. The first
+serves the upstream-style Ray server at 4 workers and the counter stack, the counter with
+``num_replicas: 3, num_workers: 2``; it is stopped with SIGTERM. The second serves only the counter's
+replicas, behind HAProxy round robin on the client host; one node is killed under it, then its
+launcher is SIGKILLed. Either way nothing of the project is left on any node within the bound.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nemo_gym.config import REPO_ROOT
+from nemo_gym.env import EXTRA_ROOTS_ENV
+from tests.e2e.hosts.conftest import ReplicaSet
+from tests.e2e.hosts.test_replicas_across_hosts import assert_lost_and_kept, run_until_dead
+from tests.e2e.ray.conftest import RayCluster
+from tests.hosts import Host, run_client, run_json, run_python, start_balancer, start_gym
+
+UPSTREAM_STYLE = REPO_ROOT / "tests" / "upstream_style"
+COUNTER_ROWS = REPO_ROOT / "resources_servers" / "example_session_state_mgmt" / "data" / "example.jsonl"
+COUNTER = "counter"
+COUNTER_PORT = 8000
+RAY_VERIFY_PORT = 8001
+SECRET = "ray-cluster-test-replica-secret-0123456789"
+# Short: a killed node's sessions get their 410 soon (README "A replica set").
+PEER_DEAD_AFTER_SECONDS = 5
+SESSIONS = 200
+START_TIMEOUT_SECONDS = 240
+RUN_TIMEOUT_SECONDS = 300
+# What stopping `gym env start` may take before nothing of the project runs on any node: the keeper's
+# grace for its server (nemo_gym/process/launcher.py STOP_GRACE_SECONDS, 15 s) and uvicorn's graceful
+# shutdown (5 s) after Ray ends a dead driver's actors; plus slack for two loaded cores.
+STOP_BOUND_SECONDS = 30
+STOP_SLACK_SECONDS = 30
+
+
+def counter_settings() -> dict:
+    return {"port": COUNTER_PORT, "num_workers": 2, "num_replicas": 3, "session_secret": SECRET, "peer_dead_after_seconds": PEER_DEAD_AFTER_SECONDS, "durable_sessions": False}
+
+
+def stack_config(cluster: RayCluster) -> dict:
+    """The upstream-style Ray server at 4 workers, and the counter's replicas with its agent and scripted model."""
+    return {
+        "ray_head_node_address": cluster.address,
+        "upstream_ray_verify": {"resources_servers": {"upstream_ray_verify": {"host": cluster.nodes[0].address, "port": RAY_VERIFY_PORT, "num_workers": 4, "domain": "math"}}},
+        COUNTER: {"resources_servers": {"example_session_state_mgmt": counter_settings()}},
+        "counter_agent": {
+            "responses_api_agents": {
+                "simple_agent": {"resources_server": {"type": "resources_servers", "name": COUNTER}, "model_server": {"type": "responses_api_models", "name": "policy_model"}}
+            }
+        },
+        "policy_model": {"responses_api_models": {"vllm_model": {"backend_server": {"type": "responses_api_models", "name": "scripted_backend"}, "model": "scripted"}}},
+        "scripted_backend": {"responses_api_models": {"scripted_backend": {}}},
+    }
+
+
+@dataclass
+class Gym:
+    cluster: RayCluster
+    process: subprocess.Popen
+
+    def stop(self, signum: int) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        self.process.wait(timeout=STOP_BOUND_SECONDS + STOP_SLACK_SECONDS)
+
+
+def start(cluster: RayCluster, config: dict) -> Iterator[Gym]:
+    env = {**cluster.env, EXTRA_ROOTS_ENV: str(UPSTREAM_STYLE)}
+    (process,) = start_gym([(cluster.nodes[0], config)], START_TIMEOUT_SECONDS, env)
+    gym = Gym(cluster, process)
+    try:
+        yield gym
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def stack(cluster: RayCluster) -> Iterator[Gym]:
+    yield from start(cluster, stack_config(cluster))
+
+
+@pytest.fixture(scope="module")
+def replicas(cluster: RayCluster) -> Iterator[ReplicaSet]:
+    """The counter's replicas alone, behind HAProxy round robin on the client host."""
+    config = {"ray_head_node_address": cluster.address, COUNTER: {"resources_servers": {"example_session_state_mgmt": counter_settings()}}}
+    for gym in start(cluster, config):
+        client = cluster.lan["client"]
+        start_balancer(client, COUNTER_PORT, [(node.address, COUNTER_PORT) for node in cluster.nodes])
+        replica_set = ReplicaSet(cluster.lan, cluster.nodes, f"http://client:{COUNTER_PORT}", COUNTER, SECRET, PEER_DEAD_AFTER_SECONDS)
+        replica_set.gym = gym
+        yield replica_set
+
+
+def project_processes(host: Host) -> dict[int, str]:
+    """The processes of this project on ``host``: Gym's (its modules on their command line) and the replicas' actors."""
+    found = {}
+    for pid in host.processes():
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "nemo_gym" in command or "ReplicaNode" in command:
+            found[pid] = command
+    return found
+
+
+def left_after_stop(hosts: list[Host]) -> dict[str, dict[int, str]]:
+    """What of the project still runs on ``hosts`` once the bound (and its slack) is over; {} as soon as nothing does."""
+    deadline = time.monotonic() + STOP_BOUND_SECONDS + STOP_SLACK_SECONDS
+    while True:
+        left = {host.name: processes for host in hosts if (processes := project_processes(host))}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def test_an_upstream_style_server_checking_answers_in_ray_tasks_scores_every_session_at_four_workers_on_three_nodes(stack):
+    results = run_json(stack.cluster.lan["client"], ["-m", "tests.e2e.ray.products", f"http://h1:{RAY_VERIFY_PORT}", str(SESSIONS)], RUN_TIMEOUT_SECONDS)
+    wrong = [result for result in results if result["status"] != 200 or result["body"]["reward"] != result["expected_reward"]]
+    assert (len(results), wrong[:3]) == (SESSIONS, [])
+    nodes = {result["body"]["checked_on_node"] for result in results}
+    assert len(nodes) > 1
+
+
+def test_the_head_lists_the_counters_three_replicas_one_on_each_node(stack):
+    code = (
+        "import json; from nemo_gym.process.head import fetch_instances; i = fetch_instances('http://127.0.0.1:11000')['counter'];"
+        " print(json.dumps([i.url, i.settings['replicas']]))"
+    )
+    url, urls = run_json(stack.cluster.nodes[0], ["-c", code], 60)
+    expected = [f"http://{node.address}:{COUNTER_PORT}" for node in stack.cluster.nodes]
+    assert (sorted(urls), url in urls) == (sorted(expected), True)
+
+
+def test_gym_eval_run_scores_every_counter_episode_over_the_replicas(stack):
+    h1 = stack.cluster.nodes[0]
+    args = ["-m", "nemo_gym.cli.main", "eval", "run", "--no-serve", "--input", str(COUNTER_ROWS), "--num-repeats", "40", "--concurrency", str(SESSIONS), "--output", "/tmp/rollouts.jsonl"]
+    run_python(h1, args, RUN_TIMEOUT_SECONDS)
+    rows = [json.loads(line) for line in h1.path("/tmp/rollouts.jsonl").read_text().splitlines()]
+    assert (len(rows), [row.get("error") for row in rows if row.get("reward") != 1.0][:3]) == (SESSIONS, [])
+
+
+@pytest.mark.parametrize("client", ["aiohttp_jar", "httpx_jar"])
+def test_every_counter_episode_through_one_replicas_url_keeps_its_count(stack, client):
+    args = {"client": client, "url": f"http://h2:{COUNTER_PORT}", "episodes": SESSIONS}
+    results = run_client(stack.cluster.lan["client"], "episodes", args, RUN_TIMEOUT_SECONDS)
+    errors = [result["error"] for result in results if "error" in result]
+    assert (sum(result["reward"] == 1.0 for result in results), errors[:3]) == (SESSIONS, [])
+
+
+def test_more_replicas_than_the_cluster_has_nodes_fail_the_start_naming_how_many_it_has(cluster):
+    settings = {**counter_settings(), "num_replicas": len(cluster.nodes) + 1, "port": COUNTER_PORT + 10}
+    config = {"ray_head_node_address": cluster.address, COUNTER: {"resources_servers": {"example_session_state_mgmt": settings}}}
+    h1 = cluster.nodes[0]
+    h1.path("/tmp/too-many.yaml").write_text(yaml.safe_dump(config))
+    command = ["-m", "nemo_gym.cli.main", "env", "start", "--config", "/tmp/too-many.yaml", "--head-port", str(COUNTER_PORT + 11)]
+    process = h1.python(*command, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = process.communicate(timeout=RUN_TIMEOUT_SECONDS)
+    assert process.returncode != 0
+    assert "counter: num_replicas 4 needs 4 nodes of the Ray cluster, one per replica; it has 3 alive" in err
+
+
+def test_gym_env_start_stopped_with_sigterm_leaves_no_project_process_on_any_node(stack):
+    assert all(project_processes(node) for node in stack.cluster.nodes), "every node runs a replica"
+    stack.stop(signal.SIGTERM)
+    assert left_after_stop(stack.cluster.nodes) == {}
+
+
+def test_a_killed_nodes_sessions_get_410_naming_it_and_every_other_session_keeps_its_count(replicas):
+    killed = replicas.lan["h3"]
+    records = run_until_dead(replicas, killed.kill)
+    assert killed.processes() == set()
+    assert_lost_and_kept(replicas, records, killed, r"(503 )*410 ")
+
+
+def test_gym_env_start_sigkilled_leaves_no_project_process_on_the_nodes_left(replicas):
+    alive = replicas.replicas[:2]
+    assert all(project_processes(node) for node in alive), "the nodes left run their replicas"
+    replicas.gym.stop(signal.SIGKILL)
+    assert left_after_stop(alive) == {}
