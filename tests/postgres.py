@@ -47,6 +47,16 @@ class PostgresUnavailable(RuntimeError):
     """PostgreSQL cannot run here (its binaries missing, not root, no unprivileged user for it)."""
 
 
+def postgres_or_skip(**options) -> Postgres:
+    """A ``Postgres(**options)``, or the calling test skipped where PostgreSQL cannot run here."""
+    import pytest
+
+    try:
+        return Postgres(**options)
+    except PostgresUnavailable as error:
+        pytest.skip(str(error))
+
+
 def binaries() -> Path:
     found = sorted(glob.glob(f"{BIN_GLOB}/postgres"), key=lambda path: int(Path(path).parts[-3]))
     if not found:

@@ -28,7 +28,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.process.launcher import Launcher
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.e2e.session_routing.test_durable_sessions import COUNTER, EPISODES, SECRET, add, all_score, counter_config, kill, seed, verify
-from tests.postgres import Postgres, PostgresUnavailable
+from tests.postgres import Postgres, postgres_or_skip
 from tests.session_cookies import cookie_owner
 
 PASSWORD = "pg-e2e-pass:word"
@@ -43,11 +43,7 @@ MAX_ROUNDS = 200
 
 @pytest.fixture(scope="module")
 def postgres() -> Iterator[Postgres]:
-    try:
-        server = Postgres(password=PASSWORD)
-    except PostgresUnavailable as error:
-        pytest.skip(str(error))
-    with server:
+    with postgres_or_skip(password=PASSWORD) as server:
         yield server
 
 

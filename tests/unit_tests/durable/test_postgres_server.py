@@ -3,16 +3,12 @@
 import psycopg
 import pytest
 
-from tests.postgres import Postgres, PostgresUnavailable
+from tests.postgres import postgres_or_skip
 
 
 @pytest.fixture(scope="module")
 def server():
-    try:
-        postgres = Postgres(password="pa:ss@word")
-    except PostgresUnavailable as error:
-        pytest.skip(str(error))
-    with postgres:
+    with postgres_or_skip(password="pa:ss@word") as postgres:
         yield postgres
 
 

@@ -15,7 +15,7 @@ from nemo_gym.durable.lease import OwnerLease
 from nemo_gym.durable.postgresql_store import PostgreSQLStore
 from nemo_gym.durable.states import SessionStates
 from nemo_gym.durable.store import StoreError, open_store
-from tests.postgres import Postgres, PostgresUnavailable
+from tests.postgres import Postgres, postgres_or_skip
 
 PASSWORD = "unit-test:pass@word"
 INSTANCE = "counter"
@@ -28,11 +28,7 @@ PAST = 0.8
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Postgres]:
-    try:
-        postgres = Postgres(password=PASSWORD)
-    except PostgresUnavailable as error:
-        pytest.skip(str(error))
-    with postgres:
+    with postgres_or_skip(password=PASSWORD) as postgres:
         yield postgres
 
 

@@ -18,7 +18,7 @@ from nemo_gym.durable import store as store_module
 from nemo_gym.durable.sqlite_store import SQLiteStore, store_path
 from nemo_gym.durable.store import SessionConflict, SessionStore, StoredSession, StoreError, StoreUnavailable, open_store
 from tests.full_filesystem import CAN_MOUNT, full, mounted_tmpfs
-from tests.postgres import Postgres, PostgresUnavailable
+from tests.postgres import Postgres, postgres_or_skip
 from tests.unit_tests.durable.filling import commit_until_refused
 
 INSTANCE = "counter"
@@ -56,10 +56,7 @@ class PostgreSQLKind:
 
     def running(self) -> Postgres:
         if self.server is None:
-            try:
-                self.server = Postgres(password="store-test-password")
-            except PostgresUnavailable as error:
-                pytest.skip(str(error))
+            self.server = postgres_or_skip(password="store-test-password")
             self.server.start()
         return self.server
 
