@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.client.rollouts import read_rows
 from resources_servers.swe_rebench.app import MIB
 from resources_servers.swe_rebench.cgroups import Cgroups
 from responses_api_models.scripted_backend.app import SWE_REBENCH_FIXES
-from nemo_gym.client.rollouts import read_rows
 from tests.e2e.hosts.conftest import COUNTER, PUBLIC_PORT, REPLICA_HOSTS, SESSION_SECRET, START_TIMEOUT_SECONDS, WORKERS, ReplicaSet, counter_config
 from tests.e2e.hosts.test_stacks_across_hosts import SWE_DATA, SWE_PORT, sandbox_dir
 from tests.e2e.hosts.test_replicas_across_hosts import THINK_SECONDS, increments, owner_host, run_sessions, statuses
