@@ -358,6 +358,19 @@ def start_balancer(host: Host, port: int, servers: list[tuple[str, int]], name: 
     return start_haproxy(host, port, BALANCER_CONFIG.format(address=host.address, port=port, servers=lines), name)
 
 
+def wait_in_rotation(host: Host, name: str, number: int, timeout: float) -> None:
+    """Until the HAProxy ``name`` on ``host`` (``start_balancer``) has its server ``number`` (1 for the first) in
+    rotation: the last state its log gives that server is UP, or it never logged one (never taken out)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = re.findall(rf"Server replicas/s{number} is (UP|DOWN)", host.path(f"/tmp/{name}.log").read_text(errors="replace"))
+        if not states or states[-1] == "UP":
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"haproxy {name} on host {host.name} kept server s{number} down:\n{tail(host.path(f'/tmp/{name}.log'), GYM_LOG_TAIL_LINES)}")
+        time.sleep(0.2)
+
+
 def start_haproxy(host: Host, port: int, config: str, name: str = "haproxy") -> subprocess.Popen:
     """HAProxy with ``config`` on ``host`` (its config and log /tmp/NAME.cfg and .log there), once it listens on
     ``host:port``. ``nsenter`` execs it, so the process returned is HAProxy's own."""

@@ -16,6 +16,10 @@
   the verify's reward (``reward``, None without ``verify``). With ``"hold": true`` the counts are read
   only once a second line comes on stdin. With ``"report_seeded": true`` the line
   after ``ready`` is the JSON list of each session's Cookie header once seeded and added to.
+- ``swe_sessions``: ``{"url", "sessions", "seconds", "think", "row", "path", "content"}``: swe_rebench sessions of
+  one task row, each seeded and fixed (``content`` written to ``path``), then ``ready`` and the JSON list of
+  their Cookie headers; on a line on stdin each verifies, 503s retried as above for ``seconds``. Per
+  session: ``steps``, ``times``, ``cookie`` as above and the verify's ``reward``.
 - ``stale``: ``{"adopt_url", "stale_url", "cookies", "seconds"}``: per session, adds 1 at ``adopt_url``
   until it is served, then once at ``stale_url`` with the cookie it had before (stale), a 503 tried
   again at ``adopt_url``; each reply's ``[url, status, detail]`` and that retry's Cookie header.
@@ -69,6 +73,21 @@ def episodes(client: str, url: str, episodes: int) -> list[dict[str, Any]]:
     return asyncio.run(run_episodes(CLIENTS[client], url, [START + number for number in range(episodes)], True, episodes))
 
 
+def recorded(post, record: dict):
+    """``step(path, body)``: ``post`` it, the reply's ``[path, status, Retry-After, detail]``, its time and the Cookie
+    header sent kept in ``record`` (``steps``, ``times``, ``cookie``); the reply."""
+
+    async def step(path: str, body: dict):
+        reply = await post(path, body)
+        detail = reply.body.get("detail") if isinstance(reply.body, dict) else reply.body
+        record["steps"].append([path, reply.status, reply.retry_after, detail])
+        record["times"].append(time.monotonic())
+        record["cookie"] = reply.sent_cookie or record["cookie"]
+        return reply
+
+    return step
+
+
 async def sessions(
     url: str, sessions: int, seconds: float, think: float, verify: bool = False, report_seeded: bool = False, hold: bool = False
 ) -> list[dict[str, Any]]:
@@ -79,15 +98,8 @@ async def sessions(
             async with open_session() as post:
                 record: dict[str, Any] = {"start": start, "steps": [], "times": [], "count": None, "cookie": None, "reward": None}
 
-                async def step(path: str, body: dict) -> int:
-                    reply = await post(path, body)
-                    detail = reply.body.get("detail") if isinstance(reply.body, dict) else reply.body
-                    record["steps"].append([path, reply.status, reply.retry_after, detail])
-                    record["times"].append(time.monotonic())
-                    record["cookie"] = reply.sent_cookie or record["cookie"]
-                    return reply.status
-
-                first = await step("/seed_session", {"initial_count": start}) == 200 and await step("/increment_counter", {"count": 1}) == 200
+                step = recorded(post, record)
+                first = (await step("/seed_session", {"initial_count": start})).status == 200 and (await step("/increment_counter", {"count": 1})).status == 200
                 seeded[start - START] = record["cookie"]
                 ready.set()
                 await go.wait()
@@ -95,7 +107,7 @@ async def sessions(
                     return record
                 began = time.monotonic()
                 while time.monotonic() - began < seconds:
-                    status = await step("/increment_counter", {"count": 1})
+                    status = (await step("/increment_counter", {"count": 1})).status
                     if status == 503:
                         await asyncio.sleep(min(float(record["steps"][-1][2] or think), think))
                     elif status == 200:
@@ -126,6 +138,43 @@ async def sessions(
         if hold:
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         read.set()
+        return await asyncio.gather(*tasks)
+
+
+async def swe_sessions(url: str, sessions: int, seconds: float, think: float, row: dict, path: str, content: str) -> list[dict[str, Any]]:
+    """``sessions`` swe_rebench sessions of the task ``row``, all at once: each seeded and its fix (``content`` written
+    to ``path``) applied; then ``ready`` and the JSON list of each session's Cookie header; on a line on stdin, each
+    verifies, a 503 waited out (its Retry-After, at most ``think``) and tried again until ``seconds`` have passed.
+    Per session: as ``sessions`` (``steps``, ``times``, ``cookie``) and the verify's ``reward``."""
+    async with shared_aiohttp(replace=False)(url, True) as open_session:
+        go = asyncio.Event()
+
+        async def one(number: int, ready: asyncio.Event) -> dict[str, Any]:
+            async with open_session() as post:
+                record: dict[str, Any] = {"steps": [], "times": [], "cookie": None, "reward": None}
+                step = recorded(post, record)
+                fixed = (await step("/seed_session", row)).status == 200 and (await step("/write_file", {"path": path, "content": content})).status == 200
+                seeded[number] = record["cookie"]
+                ready.set()
+                await go.wait()
+                began = time.monotonic()
+                while fixed and time.monotonic() - began < seconds:
+                    verified = await step("/verify", {**row, "response": new_response().model_dump(mode="json")})
+                    if verified.status == 200:
+                        record["reward"] = verified.body["reward"]
+                    if verified.status != 503:
+                        break
+                    await asyncio.sleep(min(float(verified.retry_after or think), think))
+                return record
+
+        flags = [asyncio.Event() for _ in range(sessions)]
+        seeded: list[str | None] = [None] * sessions
+        tasks = [asyncio.create_task(one(number, flag)) for number, flag in enumerate(flags)]
+        await asyncio.gather(*(flag.wait() for flag in flags))
+        print("ready", flush=True)
+        print(json.dumps(seeded), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        go.set()
         return await asyncio.gather(*tasks)
 
 
@@ -219,6 +268,8 @@ def main() -> None:
         result: Any = episodes(**args)
     elif mode == "sessions":
         result = asyncio.run(sessions(**args))
+    elif mode == "swe_sessions":
+        result = asyncio.run(swe_sessions(**args))
     elif mode == "stale":
         result = asyncio.run(stale(**args))
     elif mode == "get":

@@ -66,15 +66,15 @@ def owner_host(replicas, record: dict) -> str | None:
     return next((host.name for host in replicas.replicas if re.search(rf"(?<![\d.]){re.escape(host.address)}(?!\d)", session)), None)
 
 
-def run_sessions(replicas, sessions: int, seconds: float, while_ready, **options) -> list[dict]:
-    """Counter sessions run from the client's host; each session's record (tests/hosts_client.py, whose
-    ``sessions`` mode takes ``options`` too).
+def run_sessions(replicas, sessions: int, seconds: float, while_ready, mode: str = "sessions", **options) -> list[dict]:
+    """Sessions (counter ones, or those of another of tests/hosts_client.py's modes) run from the client's host
+    through ``replicas.url``; each session's record (the client's ``mode`` takes ``options`` too).
 
     Once every session is seeded and added to once, ``while_ready(client)`` is called; the sessions go
     on for ``seconds`` from the line it writes to the client's stdin."""
     args = {"url": replicas.url, "sessions": sessions, "seconds": seconds, "think": THINK_SECONDS, **options}
     client = replicas.client.python(
-        "-m", CLIENT_MODULE, "sessions", json.dumps(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        "-m", CLIENT_MODULE, mode, json.dumps(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         ready, _, _ = select.select([client.stdout], [], [], READY_TIMEOUT_SECONDS)

@@ -4,8 +4,10 @@ The durable counter at 2 workers on each of h1, h2, h3 (network-namespace hosts,
 worker's store the one PostgreSQL on the host ``db`` (tests/postgres.py), behind HAProxy round robin, a
 new connection per request; started once for the module. Owner leases of ``LEASE_SECONDS``; a host
 silent for ``PEER_DEAD_AFTER_SECONDS`` counts as dead to the others (then its sessions' owners are judged
-by their leases). The first test freezes h2 past its lease and thaws it; the second kills the host
-owning the most sessions whole, which stays down.
+by their leases). swe_rebench runs beside it on each host (2 workers, the same store, its sandboxes in the
+host's own /tmp, behind HAProxy round robin on ``SWE_PORT``). The first test freezes h2 past its lease and
+thaws it; the next kills the host owning the most counter sessions whole, which stays down until the swe_rebench
+test starts it again and then kills the host owning the most swe_rebench sessions.
 """
 
 from __future__ import annotations
@@ -15,13 +17,20 @@ import re
 import subprocess
 import time
 from collections import Counter
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from tests.e2e.hosts.conftest import COUNTER, PUBLIC_PORT, REPLICA_HOSTS, SESSION_SECRET, START_TIMEOUT_SECONDS, ReplicaSet, counter_config
+from nemo_gym.client.rollouts import read_rows
+from resources_servers.swe_rebench.app import MIB
+from resources_servers.swe_rebench.cgroups import Cgroups
+from responses_api_models.scripted_backend.app import SWE_REBENCH_FIXES
+from tests.e2e.hosts.conftest import COUNTER, PUBLIC_PORT, REPLICA_HOSTS, SESSION_SECRET, START_TIMEOUT_SECONDS, WORKERS, ReplicaSet, counter_config
+from tests.e2e.hosts.test_stacks_across_hosts import SWE_DATA, SWE_PORT, sandbox_dir
 from tests.e2e.hosts.test_replicas_across_hosts import THINK_SECONDS, increments, owner_host, run_sessions, statuses
 from tests.e2e.hosts.test_restore_across_hosts import session_id
-from tests.hosts import CLIENT_MODULE, Host, Hosts, start_balancer, start_gym
+from tests.hosts import CLIENT_MODULE, Host, Hosts, start_balancer, start_gym, wait_in_rotation
 from tests.postgres import Postgres, PostgresUnavailable
 
 SESSIONS = 200
@@ -43,30 +52,50 @@ RUN_AFTER_KILL_SECONDS = LEASE_SECONDS + ADOPTION_BOUND_SECONDS
 AFTER_THAW_SECONDS = 8 * THINK_SECONDS
 STALE_TIMEOUT_SECONDS = 60
 FENCED = re.compile(r"owner in the store is worker|owner lease of session .* lapsed")
+SWE = "swe_rebench"
+SWE_BALANCER = "haproxy-swe"
+# Few: each session is a jailed sandbox (a tmpfs, a cgroup, bwrap for its tests) on two shared cores.
+SWE_SESSIONS = 30
+SWE_TASK = read_rows(SWE_DATA)[0]  # clamp_upper: its fix is bounds.py as the scripted policy writes it
+SWE_FIX_PATH = "bounds.py"
+# How long a session's verify is tried again while answered 503 (a bound; each must end on 200 or 410 within it).
+SWE_VERIFY_SECONDS = 2 * RUN_AFTER_KILL_SECONDS
+# What a session whose sandbox is on the dead host's disk is told (resources_servers/swe_rebench/sandbox_root.py).
+SANDBOX_ON_ANOTHER_HOST = re.compile(
+    r"sandbox cannot be taken over: sandbox worker-\w+/sandbox-\w+ is gone from /tmp/swe-sandboxes-h\d on this host: .*on the disk of another host"
+)
 
 
 def shared_config(host: Host, store: str) -> dict:
+    """The durable counter and swe_rebench on ``host``, both with the shared ``store``."""
+    durable = dict(durable_sessions=True, session_store=store, owner_lease_seconds=LEASE_SECONDS, peer_dead_after_seconds=PEER_DEAD_AFTER_SECONDS)
     config = counter_config(host)
-    config[COUNTER]["resources_servers"]["example_session_state_mgmt"].update(
-        durable_sessions=True, session_store=store, owner_lease_seconds=LEASE_SECONDS, peer_dead_after_seconds=PEER_DEAD_AFTER_SECONDS
-    )
+    config[COUNTER]["resources_servers"]["example_session_state_mgmt"].update(durable)
+    swe = {"host": host.address, "port": SWE_PORT, "num_workers": WORKERS, "session_secret": SESSION_SECRET, "sandbox_dir": sandbox_dir(host), **durable}
+    config[SWE] = {"resources_servers": {"swe_rebench": swe}}
     return config
 
 
 @pytest.fixture(scope="module")
-def shared(lan: Hosts):
+def database(lan: Hosts):
     try:
         database = Postgres(host=lan["db"])
     except PostgresUnavailable as error:
         pytest.skip(f"no PostgreSQL here: {error}")
     try:
         database.start()
-        hosts = [lan[name] for name in REPLICA_HOSTS]
-        start_gym([(host, shared_config(host, database.dsn())) for host in hosts], START_TIMEOUT_SECONDS)
-        start_balancer(lan["balancer"], PUBLIC_PORT, [(host.address, PUBLIC_PORT) for host in hosts])
-        yield ReplicaSet(lan, hosts, f"http://balancer:{PUBLIC_PORT}", COUNTER, SESSION_SECRET, PEER_DEAD_AFTER_SECONDS)
+        yield database
     finally:
         database.close()
+
+
+@pytest.fixture(scope="module")
+def shared(lan: Hosts, database: Postgres):
+    hosts = [lan[name] for name in REPLICA_HOSTS]
+    start_gym([(host, shared_config(host, database.dsn())) for host in hosts], START_TIMEOUT_SECONDS)
+    start_balancer(lan["balancer"], PUBLIC_PORT, [(host.address, PUBLIC_PORT) for host in hosts])
+    start_balancer(lan["balancer"], SWE_PORT, [(host.address, SWE_PORT) for host in hosts], name=SWE_BALANCER)
+    return ReplicaSet(lan, hosts, f"http://balancer:{PUBLIC_PORT}", COUNTER, SESSION_SECRET, PEER_DEAD_AFTER_SECONDS)
 
 
 def exact(record: dict, more: int = 0) -> bool:
@@ -197,3 +226,49 @@ def test_the_sessions_of_a_host_killed_whole_are_adopted_within_the_lease_and_ev
 def first_200_after(record: dict, moment: float) -> float | None:
     """When the session's first request after ``moment`` answered 200 came back (monotonic; the client's host shares the clock)."""
     return next((at for at, step in zip(record["times"], record["steps"]) if at > moment and step[1] == 200), None)
+
+
+def revive(shared: ReplicaSet, database: Postgres) -> None:
+    """Start again (new workers, the same store) every replica host an earlier test killed, and wait until the
+    swe_rebench balancer has it back in its rotation."""
+    down = [host for host in shared.replicas if not host.processes()]
+    start_gym([(host, shared_config(host, database.dsn())) for host in down], START_TIMEOUT_SECONDS)
+    for host in down:
+        wait_in_rotation(shared.lan["balancer"], SWE_BALANCER, shared.replicas.index(host) + 1, START_TIMEOUT_SECONDS)
+
+
+def test_the_swe_rebench_sessions_of_a_host_killed_whole_get_410_naming_why_and_the_others_score(shared, database):
+    """swe_rebench sessions seeded and fixed on three hosts; the host owning the most SIGKILLed whole; then each
+    verifies. A session whose sandbox was on the dead host is taken over by a survivor (its owner's lease lapsed)
+    but its sandbox is on the dead host's disk: 410 saying so, never a 200 (no grade of a fresh sandbox or an
+    empty patch) and never a silent new session; every other session verifies with 1.0."""
+    revive(shared, database)
+    swe = replace(shared, url=f"http://balancer:{SWE_PORT}", instance=SWE)
+    killed: list[tuple[str, list[str | None]]] = []
+
+    def kill_the_busiest(client) -> None:
+        owners = [host_of(swe, cookie) for cookie in seeded_cookies(client)]
+        (name, _), = Counter(owners).most_common(1)
+        shared.lan[name].kill()
+        killed.append((name, owners))
+        client.stdin.write("go\n")
+        client.stdin.flush()
+
+    fix = {"row": SWE_TASK, "path": SWE_FIX_PATH, "content": SWE_REBENCH_FIXES[SWE_FIX_PATH]}
+    try:
+        records = run_sessions(swe, SWE_SESSIONS, SWE_VERIFY_SECONDS, kill_the_busiest, mode="swe_sessions", **fix)
+    finally:
+        for name, _ in killed:  # the dead host's sandbox cgroups (empty; the host's tmpfs went with it)
+            cgroups = Cgroups.for_root(Path(sandbox_dir(shared.lan[name])), MIB, 1)
+            cgroups.sweep(set)
+            cgroups.close()
+    (dead, owners), = killed
+    assert set(owners) == set(REPLICA_HOSTS)
+    assert [step[:2] for record in records for step in record["steps"][:2] if step[1] != 200] == []
+    ends = [(owner, record["steps"][-1][1], record["steps"][-1][3], record["reward"]) for owner, record in zip(owners, records)]
+    lost = [end for end in ends if end[0] == dead]
+    assert lost and [end for end in lost if not (end[1] == 410 and SANDBOX_ON_ANOTHER_HOST.search(str(end[2])))] == []
+    assert [end for end in ends if end[0] != dead and end[1:] != (200, None, 1.0)] == []
+    verified = {status for record in records for path, status, _, _ in record["steps"] if path == "/verify"}
+    assert verified <= {200, 410, 503}
+    print(f"killed {dead}, owner of {len(lost)} of {SWE_SESSIONS} swe_rebench sessions: each 410 naming its sandbox on another host; the other {SWE_SESSIONS - len(lost)} scored 1.0")
