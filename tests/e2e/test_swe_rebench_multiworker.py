@@ -21,12 +21,22 @@ def test_200_sessions_at_8_workers_all_score_spread_over_workers_and_leave_no_sa
     assert not sandbox_dir.exists()
 
 
+# A bound, never an expectation: runs of 40 unrouted sessions until one loses its state.
+ROUTING_OFF_RUNS = 3
+
+
 def test_routing_switched_off_loses_rewards_and_stopping_still_removes_every_sandbox(start_servers, tmp_path):
     sandbox_dir = tmp_path / "sandboxes"
     launcher = start_servers(swe_stack(sandbox_dir, route_sessions=False))
-    # 40 sessions over 8 unrouted workers: that all would score by chance is about (1/8)**40.
-    results = run_through_relay(launcher.instances, episodes(40))
-    lost = [result for result in results if result["reward"] != 1.0]
+    # 40 sessions over 8 unrouted workers: that all would score by chance is about (1/8)**40 if their requests
+    # spread, but on a loaded machine the relay's kept-alive connections may all reach one worker; so up to
+    # ROUTING_OFF_RUNS runs, each of new sessions, until one loses a session.
+    lost = []
+    for _ in range(ROUTING_OFF_RUNS):
+        results = run_through_relay(launcher.instances, episodes(40))
+        lost = [result for result in results if result["reward"] != 1.0]
+        if lost:
+            break
     assert lost, "every session scored with routing off: the test cannot see the bug"
     # Each lost session lost its state: its sandbox was not in the worker that verified it, or the edit went elsewhere.
     assert all(not result["patch"] for result in lost), Counter(result["reason"] for result in lost)
