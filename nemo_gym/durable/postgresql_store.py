@@ -313,6 +313,17 @@ class PostgreSQLStore:
         await self.run(delete, "lease")
         self.fence = None
 
+    async def unused_since(self, used_before: float) -> list[StoredSession]:
+        async def select(connection: psycopg.AsyncConnection):
+            cursor = await connection.execute(
+                f"SELECT session_id, owner, revision, state, expires_at FROM {SESSIONS_TABLE} WHERE instance = %s AND owner IS NOT NULL"
+                " AND expires_at > %s AND expires_at < %s ORDER BY session_id",
+                (self.instance, time.time(), used_before + SESSION_MAX_AGE_SECONDS),
+            )
+            return await cursor.fetchall()
+
+        return [StoredSession(*row) for row in await self.run(select)]
+
     def export(self) -> list[StoredSession]:
         rows = self.db.execute(
             f"SELECT session_id, owner, revision, state, expires_at FROM {SESSIONS_TABLE} WHERE instance = %s AND expires_at > %s ORDER BY session_id",

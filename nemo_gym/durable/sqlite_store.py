@@ -185,6 +185,13 @@ class SQLiteStore:
         self.db.execute("DELETE FROM sessions WHERE expires_at <= ?", (now,))
         self.next_purge = now + PURGE_INTERVAL_SECONDS
 
+    async def unused_since(self, used_before: float) -> list[StoredSession]:
+        rows = self.db.execute(
+            "SELECT session_id, owner, revision, state, expires_at FROM sessions WHERE owner IS NOT NULL AND expires_at > ? AND expires_at < ? ORDER BY session_id",
+            (time.time(), used_before + SESSION_MAX_AGE_SECONDS),
+        ).fetchall()
+        return [StoredSession(*row) for row in rows]
+
     def export(self) -> list[StoredSession]:
         # One statement, so one transaction: the list is one moment of the store.
         rows = self.db.execute(

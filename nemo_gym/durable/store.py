@@ -4,7 +4,7 @@ A store holds one row per live session: its id, its owner worker, a revision tha
 change of owner raises by one, the state as JSON, and when it expires. A worker writes only rows it owns;
 taking a row over is one compare-and-set on owner and revision, so of several workers racing, one wins.
 ``keeper`` and ``adoption`` use it on a request's path (``read``, ``claim``, ``commit``, awaited, so a store
-across a network keeps the event loop serving); ``transfer`` and ``gym sessions`` take every row out and
+across a network keeps the event loop serving), the idle sweep to find the rows of dead owners (``unused_since``); ``transfer`` and ``gym sessions`` take every row out and
 put rows in (``export``, ``import_sessions``). A store is chosen by its location (``open_store``).
 """
 
@@ -69,6 +69,10 @@ class SessionStore(Protocol):
         else a store shared across hosts (``lease.LeaseStore``) takes it only once the owner's lease has
         expired (SQLite's owners are all of one host, proved dead before any claim). Raises
         ``StoreUnavailable`` if the change cannot commit."""
+
+    async def unused_since(self, used_before: float) -> list[StoredSession]:
+        """The live rows with an owner whose last write (their last use: the expiry less
+        ``SESSION_MAX_AGE_SECONDS``) came before ``used_before``, epoch seconds: the idle sweep's candidates."""
 
     def export(self) -> list[StoredSession]:
         """Every live row, by session id, as of one moment of the store."""

@@ -12,10 +12,11 @@ and the owner sees every request of its sessions (the router forwards them all t
 off (0 or null), a session ends as expired after the cookie's max age without a request.
 
 A durable session whose owner died and that no request has reached since sits in the store with no live
-worker to time it: once per timeout each worker looks for such rows whose last write (their last use,
-``DurableSessions``) is older than the timeout, adopts each (one compare-and-set: of the workers racing,
-one wins) and ends it as idle, so its hook runs (swe_rebench's re-attached sandbox goes). A row restored
-by ``gym sessions restore`` (no owner) waits for its first request instead.
+worker to time it: once per timeout each worker asks the store for the rows whose last write (their last
+use, ``DurableSessions``) is older than the timeout (``SessionStore.unused_since``, one query, awaited) and,
+of those whose owner is dead, adopts each (one compare-and-set: of the workers racing, one wins) and ends
+it as idle, so its hook runs (swe_rebench's re-attached sandbox goes). A row restored by
+``gym sessions restore`` (no owner) waits for its first request instead.
 """
 
 from __future__ import annotations
@@ -140,10 +141,9 @@ class SessionLifecycle:
 
     async def sweep_orphans(self, limit: float, reason: EndReason) -> None:
         """End the stored sessions of dead owners last used more than ``limit`` seconds ago, adopting each first."""
-        used_before = time.time() - limit
-        for row in self.durable.store.export():
+        for row in await self.durable.store.unused_since(time.time() - limit):
             dead = is_worker_id(row.owner) and row.owner != self.worker_id and not self.is_alive(row.owner)
-            if not dead or row.expires_at - SESSION_MAX_AGE_SECONDS >= used_before or ended_detail(row.state) is not None:
+            if not dead or ended_detail(row.state) is not None:
                 continue
             try:
                 adopted = await self.durable.adopt(row)

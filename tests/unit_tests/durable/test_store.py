@@ -16,7 +16,7 @@ import pytest
 
 from nemo_gym.durable import store as store_module
 from nemo_gym.durable.sqlite_store import SQLiteStore, store_path
-from nemo_gym.durable.store import SessionConflict, SessionStore, StoredSession, StoreError, StoreUnavailable, open_store
+from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, SessionConflict, SessionStore, StoredSession, StoreError, StoreUnavailable, open_store
 from tests.full_filesystem import CAN_MOUNT, full, mounted_tmpfs
 from tests.postgres import Postgres, postgres_or_skip
 from tests.unit_tests.durable.filling import commit_until_refused
@@ -233,6 +233,17 @@ async def test_an_expired_row_is_neither_read_nor_exported(store):
     store.import_sessions([row("old", expires_at=time.time() - 60), row("live")])
     assert await store.read("old") is None
     assert [stored.session_id for stored in store.export()] == ["live"]
+
+
+@pytest.mark.anyio
+async def test_the_rows_last_used_before_a_time_are_the_live_owned_ones_written_before_it(store):
+    # A row's last use is its last write: its expiry less the cookie's max age.
+    now = time.time()
+    used = {"long_ago": now - 3600, "just_now": now - 5, "expired": now - 2 * SESSION_MAX_AGE_SECONDS}
+    store.import_sessions([row(name, expires_at=at + SESSION_MAX_AGE_SECONDS) for name, at in used.items()])
+    store.import_sessions([row("restored", owner=None, expires_at=now - 3600 + SESSION_MAX_AGE_SECONDS)])
+    assert [stored.session_id for stored in await store.unused_since(now - 60)] == ["long_ago"]
+    assert sorted(stored.session_id for stored in await store.unused_since(now)) == ["just_now", "long_ago"]
 
 
 @pytest.mark.anyio
