@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -184,18 +185,39 @@ class ServerClient(BaseModel):
             self._session = None
 
 
-_shared_sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
+# Each event loop's shared session, and the parked async generator that closes it with the loop.
+_shared_sessions: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, AsyncIterator[None]]] = {}
 REQUEST_DEBUG_KEY_NAME = "global_aiohttp_client_request_debug"
 
 
 def get_global_aiohttp_client() -> aiohttp.ClientSession:
     """Upstream's name for the process's shared pooled session of the running event loop (the one
-    ``request`` uses); call it from async code."""
+    ``request`` uses); call it from async code. It is closed when the loop shuts down its async
+    generators (``asyncio.run`` and uvicorn do, at their end), so none is left open at exit."""
     loop = asyncio.get_running_loop()
-    session = _shared_sessions.get(loop)
+    session, _ = _shared_sessions.get(loop, (None, None))
     if session is None or session.closed:
-        session = _shared_sessions[loop] = new_session()
+        session = new_session()
+        _shared_sessions[loop] = session, closed_with_the_loop(loop, session)
     return session
+
+
+def closed_with_the_loop(loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession) -> AsyncIterator[None]:
+    """``closer`` run to its first ``yield``: the loop then holds it as one of its async generators, and
+    closing those at its shutdown runs its ``finally``."""
+    generator = closer(loop, session)
+    with contextlib.suppress(StopIteration):
+        generator.__anext__().send(None)
+    return generator
+
+
+async def closer(loop: asyncio.AbstractEventLoop, session: aiohttp.ClientSession) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        if _shared_sessions.get(loop, (None,))[0] is session:
+            del _shared_sessions[loop]
+        await session.close()
 
 
 def is_global_aiohttp_client_request_debug_enabled() -> bool:

@@ -5,6 +5,7 @@ global_config.find_open_port (local_vllm_model), config_types.OmegaConf (swe_age
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import socket
@@ -23,6 +24,14 @@ async def test_get_global_aiohttp_client_is_the_one_pooled_session_request_uses(
     assert isinstance(client, aiohttp.ClientSession) and not client.closed
     assert server_utils.get_global_aiohttp_client() is client
     await client.close()
+
+
+def test_the_shared_session_of_an_event_loop_is_closed_when_asyncio_run_ends_the_loop():
+    async def used_and_left_open() -> aiohttp.ClientSession:
+        return server_utils.get_global_aiohttp_client()
+
+    sessions = [asyncio.run(used_and_left_open()) for _ in range(2)]
+    assert sessions[0] is not sessions[1] and all(session.closed for session in sessions)
 
 
 def test_request_debug_is_off_unless_the_config_turns_it_on(tmp_path, monkeypatch):
