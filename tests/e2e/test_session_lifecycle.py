@@ -1,7 +1,9 @@
 """Session lifecycle end to end, one start-up for the module, every server at 4 workers: idle sessions end
 (state, row and sandbox gone, the hook called once each) and their requests get 410 naming idleness, while
 a session kept busy through every worker lives on; /close_session twice is 200 twice and one hook call;
-bursts of seeds against max_sessions and max_sandbox_disk_mb get exactly the cap's worth of 200s."""
+bursts of seeds against max_sessions and max_sandbox_disk_mb get exactly the cap's worth of 200s; and every
+standard client (openai's SDK, httpx, requests, aiohttp, urllib, a replacing client) closes a session twice,
+scraping /metrics with httpx and requests around it."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 import aiohttp
+import httpx
 import pytest
+import requests
 
 from nemo_gym import config as gym_config
 from nemo_gym.config.paths import search_roots
@@ -22,7 +26,9 @@ from nemo_gym.process import discovery
 from nemo_gym.process.launcher import Launcher
 from tests.e2e.test_swe_rebench_durable import fix_of
 from tests.e2e.test_swe_rebench_one_worker import episodes, sandboxes_in
+from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, steps
 from tests.session_cookies import session_of
+from tests.unit_tests.metrics.scrape import value
 
 ROOT = Path(__file__).resolve().parents[1] / "lifecycle_servers"
 SECRET = "session-lifecycle-end-to-end-test-secret"
@@ -204,3 +210,22 @@ def test_a_burst_of_seeds_against_the_sandbox_disk_cap_gets_exactly_the_sandboxe
             assert sandboxes_in(base / "swe_capped") == []
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("library", sorted(CLIENTS))
+def test_every_standard_client_closes_a_session_twice_200_then_gets_410_and_the_metrics_count_one_close(stack, library):
+    launcher, base = stack
+    url = launcher.instances["capped"].url
+    before = value(httpx.get(f"{url}/metrics", timeout=30).text, "nemo_gym_sessions_ended_total", reason="close")
+
+    async def run() -> list:
+        async with CLIENTS[library](url, True) as per_session, per_session() as post:
+            calls = [*steps(0)[:2], ("/get_counter_value", {}), ("/close_session", {}), ("/close_session", {}), ("/get_counter_value", {})]
+            return [await post(path, body) for path, body in calls]
+
+    seeded, incremented, counted, closed, closed_again, read = asyncio.run(run())
+    assert (seeded.status, incremented.status, counted.status, counted.body["count"]) == (200, 200, 200, 1)
+    assert [(reply.status, reply.body["status"]) for reply in (closed, closed_again)] == [(200, "closed"), (200, "already closed")]
+    assert read.status == 410 and "ended by /close_session" in read.body["detail"], read
+    after = value(requests.get(f"{url}/metrics", timeout=30).text, "nemo_gym_sessions_ended_total", reason="close")
+    assert after - before == 1
