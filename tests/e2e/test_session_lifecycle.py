@@ -3,11 +3,14 @@
 a session kept busy through every worker lives on; /close_session twice is 200 twice and one hook call;
 bursts of seeds against max_sessions and max_sandbox_disk_mb get exactly the cap's worth of 200s; and every
 standard client (openai's SDK, httpx, requests, aiohttp, urllib, a replacing client) closes a session twice,
-scraping /metrics with httpx and requests around it."""
+scraping /metrics with httpx and requests around it; a SIGKILLed owner's idle sessions, which no request
+reaches, are ended as idle by a surviving worker's sweep of the store, the hook once each."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import sqlite3
 import time
 from collections import Counter
@@ -24,6 +27,8 @@ from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.openai_utils import new_response
 from nemo_gym.process import discovery
 from nemo_gym.process.launcher import Launcher
+from nemo_gym.routing.worker import OWNER_KEY
+from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.e2e.test_swe_rebench_durable import fix_of
 from tests.e2e.test_swe_rebench_one_worker import episodes, sandboxes_in
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, steps
@@ -229,3 +234,31 @@ def test_every_standard_client_closes_a_session_twice_200_then_gets_410_and_the_
     assert read.status == 410 and "ended by /close_session" in read.body["detail"], read
     after = value(requests.get(f"{url}/metrics", timeout=30).text, "nemo_gym_sessions_ended_total", reason="close")
     assert after - before == 1
+
+
+def test_the_idle_sessions_of_a_sigkilled_owner_are_ended_as_idle_by_a_survivor_once_each(stack):
+    launcher, base = stack
+    url = launcher.instances["counter"].url
+    hooks = base / "counter.hooks"
+
+    async def seeded() -> list[dict[str, str]]:
+        async with fresh_connections() as http:
+            return [(await seed(http, url, {"initial_count": number}))[3] for number in range(12)]
+
+    jars = asyncio.run(seeded())
+    owner_of = {session_id_of(jar, "counter"): session_of(SECRET, jar["counter_session"])[OWNER_KEY] for jar in jars}
+    victim = Counter(owner_of.values()).most_common(1)[0][0]
+    orphans = sorted(session_id for session_id, owner in owner_of.items() if owner == victim)
+    os.kill(worker_pid_of_owner(launcher.processes["counter"].pid, victim), signal.SIGKILL)
+    # No request reaches them: only a survivor's sweep of the store can end them (once per timeout).
+    give_up = time.monotonic() + 60
+    while time.monotonic() < give_up and not all(hook_calls(hooks)[(session_id, "idle")] for session_id in owner_of):
+        time.sleep(0.2)
+    assert {session_id: hook_calls(hooks)[(session_id, "idle")] for session_id in owner_of} == dict.fromkeys(owner_of, 1)
+    assert all("idle for" in ended_detail(stored_state(base, "counter", session_id)) for session_id in orphans)
+
+    async def read() -> list[tuple[int, dict, dict]]:
+        async with fresh_connections() as http:
+            return [await post(http, f"{url}/get_counter_value", jar) for jar in jars if session_id_of(jar, "counter") in orphans]
+
+    assert all(status == 410 and "idle for" in body["detail"] for status, body, _ in asyncio.run(read()))
