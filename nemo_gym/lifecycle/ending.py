@@ -10,6 +10,7 @@ The sweeper runs in each worker, every quarter of ``session_idle_timeout_seconds
 live session with no request for that long, and none being served, ends as idle. The clock is the owner's,
 and the owner sees every request of its sessions (the router forwards them all to it); with the timeout
 off (0 or null), a session ends as expired after the cookie's max age without a request.
+A worker that stops ends the sessions only its memory holds, as ``stop``; durable ones wait in the store.
 
 A durable session whose owner died and that no request has reached since sits in the store with no live
 worker to time it: once per timeout each worker asks the store for the rows whose last write (their last
@@ -168,9 +169,14 @@ class SessionLifecycle:
         self.sweeper = asyncio.get_running_loop().create_task(self.sweep_forever())
 
     async def close(self) -> None:
+        """The worker stops: the sweeper ends, and so do the sessions only its memory holds (as ``stop``,
+        through the hook); durable sessions stay in the store for the next start."""
         if self.sweeper is not None:
             self.sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.sweeper
             self.sweeper = None
+        if self.durable is None:
+            for session_id in list(self.registry.last_used):
+                await self.end(session_id, EndReason.STOP)
         self.count.close()

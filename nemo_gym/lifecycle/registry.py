@@ -28,6 +28,8 @@ class EndReason(StrEnum):
     EXPIRED = "expired"
     # The store holds the session for another worker now (it adopted it): this worker's copy is dropped.
     CONFLICT = "conflict"
+    # The worker stopped with the session live in its memory only (a durable session lives on, for a restart).
+    STOP = "stop"
 
 
 class SessionRegistry:

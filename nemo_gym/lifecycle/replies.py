@@ -22,6 +22,8 @@ def end_detail(session_id: str, reason: EndReason, idle_seconds: float = 0.0, ti
             why = f"ended: idle for {idle_seconds:.0f} s (session_idle_timeout_seconds: {timeout:g})"
         case EndReason.EXPIRED:
             why = f"expired: no request for {idle_seconds:.0f} s, the session cookie's max age"
+        case EndReason.STOP:
+            why = "ended: its server stopped, and its state was in that server's memory only"
         case EndReason.CONFLICT:
             why = f"is no longer held by worker {worker}: the store holds it for another worker, which took it over"
     return f"Session {session_id} {why}; its state is gone. Seed a new session."

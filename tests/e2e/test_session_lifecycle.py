@@ -262,3 +262,21 @@ def test_the_idle_sessions_of_a_sigkilled_owner_are_ended_as_idle_by_a_survivor_
             return [await post(http, f"{url}/get_counter_value", jar) for jar in jars if session_id_of(jar, "counter") in orphans]
 
     assert all(status == 410 and "idle for" in body["detail"] for status, body, _ in asyncio.run(read()))
+
+
+def test_a_stopped_server_ends_each_session_held_only_in_its_workers_memory_through_the_hook_once(tmp_path):
+    hooks = tmp_path / "memory.hooks"
+    instances = gym_config.parse({"memory": server("hooked_counter", hook_log=str(hooks), durable_sessions=False, num_workers=2)})
+    discovery.check_settings(instances, search_roots([ROOT]))
+    launcher = Launcher(instances, gym_config.free_port(), {"NEMO_GYM_STATE_DIR": str(tmp_path / "state")}).start(240)
+    try:
+
+        async def seeded() -> list[dict[str, str]]:
+            async with fresh_connections() as http:
+                return [(await seed(http, launcher.instances["memory"].url, {"initial_count": number}))[3] for number in range(8)]
+
+        session_ids = [session_id_of(jar, "memory") for jar in asyncio.run(seeded())]
+        assert hook_calls(hooks) == Counter()
+    finally:
+        launcher.stop()
+    assert hook_calls(hooks) == Counter({(session_id, "stop"): 1 for session_id in session_ids})

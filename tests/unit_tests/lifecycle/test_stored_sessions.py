@@ -69,3 +69,20 @@ async def test_a_session_the_store_holds_for_another_worker_ends_here_as_a_confl
     assert "s" not in counters and not lifecycle.registry.is_live("s")
     stored = await store.read("s")
     assert (stored.owner, stored.state) == (LIVE, "1")
+
+
+async def test_a_stopping_worker_ends_its_in_memory_sessions_as_stop_and_leaves_its_durable_ones_for_a_restart(store):
+    ends: list[tuple[str, EndReason]] = []
+
+    async def hook(session_id: str, reason: EndReason) -> None:
+        ends.append((session_id, reason))
+
+    in_memory = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [])
+    durable = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [], DurableSessions(store, SessionStates(int), ME), ME)
+    for lifecycle, sessions in ((in_memory, ["m1", "m2"]), (durable, ["d1"])):
+        lifecycle.open()
+        for session_id in sessions:
+            assert lifecycle.admit(session_id) is None
+        await lifecycle.close()
+    assert sorted(ends) == [("m1", EndReason.STOP), ("m2", EndReason.STOP)]
+    assert not in_memory.registry.is_live("m1") and "its server stopped" in in_memory.registry.ended("m1")
