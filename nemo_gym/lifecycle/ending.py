@@ -11,6 +11,8 @@ live session with no request for that long, and none being served, ends as idle.
 and the owner sees every request of its sessions (the router forwards them all to it); with the timeout
 off (0 or null), a session ends as expired after the cookie's max age without a request.
 A worker that stops ends the sessions only its memory holds, as ``stop``; durable ones wait in the store.
+A round due after the worker was paused (a sleep that overran by more than a round) is skipped: the
+requests that waited on the paused worker are read first, so none of their sessions ends as idle.
 
 A durable session whose owner died and that no request has reached since sits in the store with no live
 worker to time it: once per timeout each worker asks the store for the rows whose last write (their last
@@ -158,7 +160,12 @@ class SessionLifecycle:
 
     async def sweep_forever(self) -> None:
         while True:
+            slept_from = time.monotonic()
             await asyncio.sleep(self.sweep_seconds)
+            if time.monotonic() - slept_from > 2 * self.sweep_seconds:
+                # The worker was paused (SIGSTOP, a long stall): the requests that queued up meanwhile are read
+                # first, each a use of its session, so that no session is ended for the worker's own silence.
+                continue
             try:
                 await self.sweep()
             except Exception:

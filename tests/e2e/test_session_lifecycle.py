@@ -280,3 +280,30 @@ def test_a_stopped_server_ends_each_session_held_only_in_its_workers_memory_thro
     finally:
         launcher.stop()
     assert hook_calls(hooks) == Counter({(session_id, "stop"): 1 for session_id in session_ids})
+
+
+FROZEN_SECONDS = IDLE_SECONDS + 2
+
+
+def test_a_session_whose_request_waited_on_its_sigstopped_owner_past_the_idle_timeout_is_served_not_ended(stack):
+    launcher, base = stack
+    url = launcher.instances["counter"].url
+
+    async def run() -> tuple[str, int, tuple[int, dict, dict]]:
+        async with fresh_connections() as http:
+            jar = (await seed(http, url, {"initial_count": 0}))[3]
+            owner = session_of(SECRET, jar["counter_session"])[OWNER_KEY]
+            pid = worker_pid_of_owner(launcher.processes["counter"].pid, owner)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                waiting = asyncio.ensure_future(post(http, f"{url}/increment_counter", jar, {"count": 1}))
+                await asyncio.sleep(FROZEN_SECONDS)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            incremented = await waiting
+            return session_id_of(jar, "counter"), incremented, await post(http, f"{url}/get_counter_value", jar)
+
+    session_id, (status, body, _), read = asyncio.run(run())
+    assert status == 200, body
+    assert (read[0], read[1]["count"]) == (200, 1)
+    assert not any(called == session_id for called, _ in hook_calls(base / "counter.hooks"))
