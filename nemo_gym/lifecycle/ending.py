@@ -4,7 +4,8 @@
 ``registry``), stops counting toward the caps (``cap``) and as live in the metrics (``nemo_gym.metrics``: ended by reason), the server's hook ``on_session_end(session_id,
 reason)`` runs (awaited; an error in it is logged, and the session is ended all the same), then the
 framework drops the session's durable state, and its row becomes a tombstone, written with the request's
-reply (verify, close) or at once (idle, expiry). A second end of the same session does nothing.
+reply (verify, close) or at once (idle, expiry); one the store refused is written again by each sweep
+until it is. A second end of the same session does nothing.
 
 The sweeper runs in each worker, every quarter of ``session_idle_timeout_seconds`` (at most a minute): a
 live session with no request for that long, and none being served, ends as idle. The clock is the owner's,
@@ -31,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from nemo_gym.durable.keeper import DurableSessions
-from nemo_gym.durable.store import StoreUnavailable
+from nemo_gym.durable.store import SessionTaken, StoreUnavailable
 from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.lifecycle.cap import Cap, LiveCount
 from nemo_gym.lifecycle.registry import EndReason, SessionRegistry
@@ -124,7 +125,7 @@ class SessionLifecycle:
         self.durable.end(session_id, detail)
         try:
             await self.durable.save([session_id])
-        except Exception as error:  # the tombstone waits for the session's next save
+        except Exception as error:  # the tombstone waits for the next sweep
             logger.error("session %s ended (%s) but its tombstone could not be written: %r", session_id, reason, error)
 
     def taken(self, session_id: str) -> None:
@@ -138,9 +139,21 @@ class SessionLifecycle:
         reason = EndReason.IDLE if self.idle_timeout else EndReason.EXPIRED
         for session_id in self.registry.idle(time.time() - limit):
             await self.end(session_id, reason)
+        if self.durable is not None and self.durable.ending:
+            await self.write_tombstones()
         if self.durable is not None and time.monotonic() - self.orphans_looked_at >= limit:
             self.orphans_looked_at = time.monotonic()
             await self.sweep_orphans(limit, reason)
+
+    async def write_tombstones(self) -> None:
+        """The tombstones a commit refused (a full disk, the store down), written again: until one is, the row
+        holds the ended session's state, which an adopter would bring back were this worker to die."""
+        try:
+            await self.durable.save(list(self.durable.ending))
+        except SessionTaken:
+            pass  # another worker owns such a row now: the tombstone is not this worker's to write
+        except StoreUnavailable as error:
+            logger.warning("%d tombstones still wait to be written: %s", len(self.durable.ending), error)
 
     async def sweep_orphans(self, limit: float, reason: EndReason) -> None:
         """End the stored sessions of dead owners last used more than ``limit`` seconds ago, adopting each first."""

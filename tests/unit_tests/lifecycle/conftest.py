@@ -1,3 +1,3 @@
-"""The lifecycle tests use the durable tests' SQLite store."""
+"""The lifecycle tests use the durable tests' SQLite stores (one on a tmpfs that fills up)."""
 
-from tests.unit_tests.durable.conftest import store  # noqa: F401 (a fixture)
+from tests.unit_tests.durable.conftest import store, tmpfs, tmpfs_store  # noqa: F401 (fixtures)

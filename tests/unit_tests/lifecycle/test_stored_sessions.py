@@ -16,6 +16,8 @@ from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.lifecycle.cap import LiveCount
 from nemo_gym.lifecycle.ending import SessionLifecycle
 from nemo_gym.lifecycle.registry import EndReason
+from tests.full_filesystem import full, needs_mount
+from tests.unit_tests.durable.filling import commit_until_refused
 
 pytestmark = pytest.mark.anyio
 
@@ -86,3 +88,26 @@ async def test_a_stopping_worker_ends_its_in_memory_sessions_as_stop_and_leaves_
         await lifecycle.close()
     assert sorted(ends) == [("m1", EndReason.STOP), ("m2", EndReason.STOP)]
     assert not in_memory.registry.is_live("m1") and "its server stopped" in in_memory.registry.ended("m1")
+
+
+@needs_mount
+async def test_a_tombstone_the_full_disk_refused_is_written_by_the_next_sweep_once_there_is_room(tmpfs, tmpfs_store):
+    ends: list[tuple[str, EndReason]] = []
+
+    async def hook(session_id: str, reason: EndReason) -> None:
+        ends.append((session_id, reason))
+
+    counters = SessionStates(int)
+    durable = DurableSessions(tmpfs_store, counters, ME)
+    lifecycle = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [], durable, ME)
+    assert lifecycle.admit("s") is None
+    counters["s"] = 5
+    await durable.save(["s"])
+    with full(tmpfs):
+        await commit_until_refused(tmpfs_store)
+        assert await lifecycle.end("s", EndReason.CLOSE)
+        assert (await tmpfs_store.read("s")).state == "5"  # refused: the row still holds the state
+    # Were the worker SIGKILLed now, an adopter would bring the ended session back: the sweep writes it.
+    await lifecycle.sweep()
+    assert ends == [("s", EndReason.CLOSE)]
+    assert "ended by /close_session" in ended_detail((await tmpfs_store.read("s")).state)
