@@ -131,6 +131,7 @@ SLOW_START_APP = '''
 """A server one of whose workers sleeps at import: the first worker process to claim the marker file."""
 
 import os
+import signal
 import time
 
 from nemo_gym.base_resources_server import SimpleResourcesServer
@@ -150,6 +151,9 @@ if os.environ.get("IS_NEMO_GYM_FASTAPI_WORKER") == "1":
         os.write(claimed, str(os.getpid()).encode())
         os.close(claimed)
         print("slow_start: this worker sleeps at import", flush=True)
+        # uvicorn's handler (installed before the import) would only flag the SIGTERM of the stop that follows
+        # the time-out, and the stop would wait out its grace: this sleeper dies of it at once instead.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         time.sleep(600)
 '''
 
