@@ -140,8 +140,7 @@ async def two_workers(server_class: type[EchoServer] = EchoServer, **settings: A
         yield a, b, caller
     finally:
         await caller.close()
-        await a.stop()
-        await b.stop()
+        await asyncio.gather(a.stop(), b.stop())  # at once: each waits out uvicorn's shutdown ticks
         os.rmdir(socket_dir)
 
 
