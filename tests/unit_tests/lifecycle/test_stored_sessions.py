@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -29,13 +30,30 @@ def row(session_id: str, owner: str | None, used_seconds_ago: float) -> StoredSe
     return StoredSession(session_id, owner, 1, "5", time.time() - used_seconds_ago + SESSION_MAX_AGE_SECONDS)
 
 
-async def test_only_a_dead_owners_row_idle_past_the_timeout_is_ended_once_through_the_hook(store):
-    store.import_sessions([row("stale", DEAD, 2 * TIMEOUT), row("fresh", DEAD, 1), row("live", LIVE, 2 * TIMEOUT), row("restored", None, 2 * TIMEOUT)])
+def recorded() -> tuple[list[tuple[str, EndReason]], Callable[[str, EndReason], Awaitable[None]]]:
+    """A hook that records each call, and its record."""
     ends: list[tuple[str, EndReason]] = []
 
     async def hook(session_id: str, reason: EndReason) -> None:
         ends.append((session_id, reason))
 
+    return ends, hook
+
+
+async def one_saved_session(store, hook, count: int) -> tuple[SessionStates, DurableSessions, SessionLifecycle]:
+    """This worker's lifecycle, holding session "s" with ``count`` saved to the store."""
+    counters = SessionStates(int)
+    durable = DurableSessions(store, counters, ME)
+    lifecycle = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [], durable, ME)
+    assert lifecycle.admit("s") is None
+    counters["s"] = count
+    await durable.save(["s"])
+    return counters, durable, lifecycle
+
+
+async def test_only_a_dead_owners_row_idle_past_the_timeout_is_ended_once_through_the_hook(store):
+    store.import_sessions([row("stale", DEAD, 2 * TIMEOUT), row("fresh", DEAD, 1), row("live", LIVE, 2 * TIMEOUT), row("restored", None, 2 * TIMEOUT)])
+    ends, hook = recorded()
     counters = SessionStates(int)
     lifecycle = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [], DurableSessions(store, counters, ME), ME, {LIVE}.__contains__)
     lifecycle.orphans_looked_at = 0.0
@@ -50,17 +68,8 @@ async def test_only_a_dead_owners_row_idle_past_the_timeout_is_ended_once_throug
 
 
 async def test_a_session_the_store_holds_for_another_worker_ends_here_as_a_conflict_and_its_row_is_left(store):
-    ends: list[tuple[str, EndReason]] = []
-
-    async def hook(session_id: str, reason: EndReason) -> None:
-        ends.append((session_id, reason))
-
-    counters = SessionStates(int)
-    durable = DurableSessions(store, counters, ME)
-    lifecycle = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [], durable, ME)
-    assert lifecycle.admit("s") is None
-    counters["s"] = 1
-    await durable.save(["s"])
+    ends, hook = recorded()
+    counters, durable, lifecycle = await one_saved_session(store, hook, 1)
     assert await store.claim(await store.read("s"), LIVE)  # another worker took it over
     counters["s"] = 2
     with pytest.raises(Exception, match="belongs to another worker"):
@@ -74,11 +83,7 @@ async def test_a_session_the_store_holds_for_another_worker_ends_here_as_a_confl
 
 
 async def test_a_stopping_worker_ends_its_in_memory_sessions_as_stop_and_leaves_its_durable_ones_for_a_restart(store):
-    ends: list[tuple[str, EndReason]] = []
-
-    async def hook(session_id: str, reason: EndReason) -> None:
-        ends.append((session_id, reason))
-
+    ends, hook = recorded()
     in_memory = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [])
     durable = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [], DurableSessions(store, SessionStates(int), ME), ME)
     for lifecycle, sessions in ((in_memory, ["m1", "m2"]), (durable, ["d1"])):
@@ -92,17 +97,8 @@ async def test_a_stopping_worker_ends_its_in_memory_sessions_as_stop_and_leaves_
 
 @needs_mount
 async def test_a_tombstone_the_full_disk_refused_is_written_by_the_next_sweep_once_there_is_room(tmpfs, tmpfs_store):
-    ends: list[tuple[str, EndReason]] = []
-
-    async def hook(session_id: str, reason: EndReason) -> None:
-        ends.append((session_id, reason))
-
-    counters = SessionStates(int)
-    durable = DurableSessions(tmpfs_store, counters, ME)
-    lifecycle = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [], durable, ME)
-    assert lifecycle.admit("s") is None
-    counters["s"] = 5
-    await durable.save(["s"])
+    ends, hook = recorded()
+    counters, durable, lifecycle = await one_saved_session(tmpfs_store, hook, 5)
     with full(tmpfs):
         await commit_until_refused(tmpfs_store)
         assert await lifecycle.end("s", EndReason.CLOSE)
