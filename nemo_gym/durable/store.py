@@ -4,8 +4,9 @@ A store holds one row per live session: its id, its owner worker, a revision tha
 change of owner raises by one, the state as JSON, and when it expires. A worker writes only rows it owns;
 taking a row over is one compare-and-set on owner and revision, so of several workers racing, one wins.
 ``keeper`` and ``adoption`` use it on a request's path (``read``, ``claim``, ``commit``, awaited, so a store
-across a network keeps the event loop serving), the idle sweep to find the rows of dead owners (``unused_since``); ``transfer`` and ``gym sessions`` take every row out and
-put rows in (``export``, ``import_sessions``). A store is chosen by its location (``open_store``).
+across a network keeps the event loop serving), and the idle sweep to find dead owners' old rows
+(``unused_since``); ``transfer`` and ``gym sessions`` take every row out and put rows in (``export``,
+``import_sessions``). A store is chosen by its location (``open_store``).
 """
 
 from __future__ import annotations
