@@ -2,10 +2,11 @@
 
 ``SessionLifecycle.end`` ends a live session once: it leaves the live set (a tombstone in its place,
 ``registry``), stops counting toward the caps (``cap``) and as live in the metrics (``nemo_gym.metrics``:
-ended by reason), the server's hook ``on_session_end(session_id, reason)`` runs (awaited; an error in it is logged, and the session is ended all the same), then the
-framework drops the session's durable state, and its row becomes a tombstone, written with the request's
-reply (verify, close) or at once (idle, expiry); one the store refused is written again by each sweep
-until it is. A second end of the same session does nothing.
+ended by reason), the server's hook ``on_session_end(session_id, reason)`` runs (awaited; an error in it
+is logged, and the session is ended all the same), then the framework drops the session's durable state,
+and its row becomes a tombstone, written with the request's reply (verify, close) or at once (idle,
+expiry); one the store refused is written again by each sweep until it is. A second end of the same
+session does nothing.
 
 The sweeper runs in each worker, every quarter of ``session_idle_timeout_seconds`` (at most a minute): a
 live session with no request for that long, and none being served, ends as idle. The clock is the owner's,
