@@ -221,10 +221,11 @@ class SweRebenchServer(SimpleResourcesServer):
         return caps
 
     async def on_session_end(self, session_id: str, reason: EndReason) -> None:
-        """The session's sandbox goes; on a conflict another worker holds the session, and its sandbox, now: forgotten here only."""
+        """The session's sandbox goes; on a conflict another worker holds the session, and its sandbox, now: forgotten
+        here only. On a stop too: the root's sweep at close removes it then, sparing those a store still names."""
         self.sandboxes.lost.pop(session_id, None)
         sandbox = self.sandboxes.pop(session_id, None)
-        if sandbox is not None and reason is not EndReason.CONFLICT:
+        if sandbox is not None and reason not in (EndReason.CONFLICT, EndReason.STOP):
             await asyncio.to_thread(sandbox.remove)
 
     def metric_collectors(self) -> list[SandboxMetrics]:
