@@ -5,7 +5,10 @@ Chosen by a location ``postgresql://`` (or ``postgres://``) ``user@host:port/dat
 form (its query may add any libpq parameter, such as ``sslmode``). The password may be in the URL, or,
 better, come from libpq's own sources: the ``PGPASSWORD`` environment variable, or a password file
 (``PGPASSFILE``, ``~/.pgpass``, or ``?passfile=...``). It is never printed: ``location`` is the URL
-without it, and the head endpoint and ``gym env resolve`` redact it (``nemo_gym.config.redaction``).
+rebuilt without it (``nemo_gym.config.redaction``, as the head endpoint and ``gym env resolve`` show it),
+libpq's errors are shown with it taken out, and a location libpq cannot read (a bad ``%`` escape, or a
+raw ``@`` or ``/`` in the password, which libpq reads in part as a host) is refused without libpq's
+words, which quote it.
 
 The driver is psycopg 3: the store has both sync methods (``open``, ``export``, ``import_sessions``, for
 commands) and async ones on a request's path (``read``, ``commit``, ``claim``, and the lease's), and
@@ -37,11 +40,11 @@ import json
 import logging
 import secrets
 import time
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from nemo_gym.config.redaction import misread, scrubbed, shown_url
 from nemo_gym.durable.lease import LeaseHolder
 from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, SessionConflict, StoredSession, StoreError, StoreUnavailable
 
@@ -102,27 +105,26 @@ SELECT 'written', session_id FROM written UNION ALL SELECT 'deleted', session_id
 """
 
 
-def redacted(location: str) -> str:
-    """The location without a password (in its user part, or as a ``password`` parameter)."""
-    parts = urlsplit(location)
-    netloc = parts.netloc
-    if "@" in netloc:
-        user, _, where = netloc.rpartition("@")
-        netloc = f"{user.partition(':')[0]}@{where}"
-    query = urlencode([(name, value) for name, value in parse_qsl(parts.query, keep_blank_values=True) if name != "password"])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
 class PostgreSQLStore:
     """One worker's (or one command's) connection to the shared store, for one instance."""
 
     def __init__(self, location: str, instance_name: str, *, create: bool = True) -> None:
-        self.location = redacted(location)
+        self.location = shown_url(location)
         self.instance = instance_name
+        self.written = location
+        if misread(location):
+            raise StoreError(
+                f"the session store {self.location} of {instance_name!r} cannot be used: its user or password holds an '@' or '/' "
+                "libpq would read as part of the host or database; write them percent-encoded (%40, %2F)"
+            )
         try:
             params = conninfo_to_dict(location)
-        except psycopg.ProgrammingError as error:
-            raise self.unusable(error) from None
+        except (psycopg.ProgrammingError, UnicodeDecodeError):
+            # libpq's words quote the part it could not read, which may be the password (or it decodes to no text).
+            raise StoreError(
+                f"the session store {self.location} of {instance_name!r} cannot be used: libpq cannot read its location "
+                "(a '%' must begin an escape of two hex digits: write a '%' in a password as %25)"
+            ) from None
         self.params = {**CONNECTION_DEFAULTS, **params}
         try:
             self.db = psycopg.connect(**self.params, autocommit=True)
@@ -151,7 +153,11 @@ class PostgreSQLStore:
         return cls(location, instance_name, create=create)
 
     def unusable(self, error: Exception) -> StoreError:
-        return StoreError(f"the session store {self.location} of {self.instance!r} cannot be used: {str(error).strip()}")
+        return StoreError(f"the session store {self.location} of {self.instance!r} cannot be used: {self.reason(error)}")
+
+    def reason(self, error: Exception) -> str:
+        """libpq's words for ``error``, with the location's credentials taken out."""
+        return scrubbed(str(error).strip(), self.written)
 
     def check_schema(self) -> None:
         for table, expected in ((SESSIONS_TABLE, COLUMNS), (LEASES_TABLE, LEASE_COLUMNS)):
@@ -192,7 +198,7 @@ class PostgreSQLStore:
                     with contextlib.suppress(psycopg.Error):
                         await connection.close()
                 self.failed(error)
-                raise StoreUnavailable(f"the session store {self.location} cannot commit: {str(error).strip()}") from error
+                raise StoreUnavailable(f"the session store {self.location} cannot commit: {self.reason(error)}") from error
         if self.failure_logged_at is not None:
             logger.warning("the session store %s commits again (%d more operations had failed)", self.location, self.failures)
             self.failure_logged_at, self.failures = None, 0
@@ -202,7 +208,7 @@ class PostgreSQLStore:
         self.failures += 1
         now = time.monotonic()
         if self.failure_logged_at is None or now - self.failure_logged_at >= FAILURE_LOG_INTERVAL_SECONDS:
-            logger.error("the session store %s cannot commit (%d operations failed since the last report): %s", self.location, self.failures, str(error).strip())
+            logger.error("the session store %s cannot commit (%d operations failed since the last report): %s", self.location, self.failures, self.reason(error))
             self.failure_logged_at, self.failures = now, 0
 
     async def read(self, session_id: str) -> StoredSession | None:

@@ -17,13 +17,15 @@ from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
 from nemo_gym.sessions.token import is_mcp_path, token_session_id
 
 
-def store_unavailable(error: StoreUnavailable) -> JSONResponse:
+def store_unavailable() -> JSONResponse:
+    """503, saying only that the store is unavailable: where it is and what its driver said go to this
+    worker's log (the store reports them), never to a client."""
     return JSONResponse(
         status_code=503,
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         content={
-            "detail": f"This request changed the session, and the change could not be stored ({error}), so it did not "
-            "take effect: the session is as of its last successful reply. Retry later."
+            "detail": "This request changed the session, and the change could not be stored (the session store is "
+            "unavailable), so it did not take effect: the session is as of its last successful reply. Retry later."
         },
     )
 
@@ -32,7 +34,7 @@ def not_taken_up(error: StoreUnavailable | ValueError, session: str) -> JSONResp
     """The reply for a stored session this worker could not take over: its claim could not commit (503,
     retry), or its state does not load here (500, naming ``session``)."""
     if isinstance(error, StoreUnavailable):
-        return store_unavailable(error)
+        return store_unavailable()
     return JSONResponse(status_code=500, content={"detail": f"{session}: its stored state does not load here: {error}"})
 
 
@@ -85,8 +87,8 @@ class WriteThrough:
         session_id = session[SESSION_ID_KEY]
         try:
             await self.sessions.ensure_lease()
-        except StoreUnavailable as error:
-            await store_unavailable(error)(scope, receive, send)
+        except StoreUnavailable:
+            await store_unavailable()(scope, receive, send)
             return
         epoch = self.sessions.epoch
         if not self.sessions.holds(session_id) and NEW_SESSION_SCOPE_KEY not in scope:
@@ -120,9 +122,9 @@ class WriteThrough:
                     return
                 try:
                     await self.sessions.save(touched)
-                except StoreUnavailable as error:
+                except StoreUnavailable:
                     refused = True
-                    await store_unavailable(error)(scope, receive, send)
+                    await store_unavailable()(scope, receive, send)
                     return
                 except SessionTaken:
                     if self.sessions.lease is None:
@@ -142,8 +144,8 @@ class WriteThrough:
         try:
             stored = await self.sessions.store.read(session_id)
             holder = None if stored is None or stored.owner in (None, self.sessions.owner) else await self.sessions.holder(stored.owner)
-        except StoreUnavailable as error:
-            return store_unavailable(error)
+        except StoreUnavailable:
+            return store_unavailable()
         if holder is not None and holder.live:
             return owned_elsewhere(session, holder)
         return retry_later(

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import socket
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
 
 from nemo_gym.cli import env as cli_env, eval as cli_eval
 from nemo_gym.cli.env import check_example_data
@@ -15,6 +20,7 @@ from nemo_gym.config import REPO_ROOT, free_port
 from nemo_gym.config.paths import search_roots
 from nemo_gym.process.discovery import load
 from nemo_gym.process.launcher import LaunchError
+from tests.hostile_passwords import PASSWORDS, leaked, written_forms
 
 COUNTER = "example_session_state_mgmt"
 COUNTER_DIR = REPO_ROOT / "resources_servers" / COUNTER
@@ -137,6 +143,21 @@ policy_model:
       model: ${policy_model_name}
       description: ???
 """
+
+
+@settings(max_examples=15, deadline=None)
+@given(PASSWORDS)
+def test_env_resolve_and_validate_print_no_password_of_a_session_store_whatever_it_holds(password):
+    with tempfile.TemporaryDirectory() as directory:
+        for written in written_forms(password):
+            path = Path(directory) / "store.yaml"
+            server = {"entrypoint": "app.py", "num_workers": 2, "session_store": written}
+            path.write_text(yaml.safe_dump({COUNTER: {"resources_servers": {COUNTER: server}}}))
+            for command in ("resolve", "validate"):
+                out, err = io.StringIO(), io.StringIO()
+                with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                    main(["env", command, "--config", str(path)])
+                assert not leaked(password, out.getvalue() + err.getvalue()), (command, written, out.getvalue(), err.getvalue())
 
 
 def test_env_resolve_prints_the_interpolated_config_as_yaml_with_credentials_redacted(tmp_path, capsys):

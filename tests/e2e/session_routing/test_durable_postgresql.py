@@ -25,13 +25,16 @@ import aiohttp
 import pytest
 
 from nemo_gym import config as gym_config
-from nemo_gym.process.launcher import Launcher
+from nemo_gym.process.launcher import LaunchError, Launcher
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.e2e.session_routing.test_durable_sessions import COUNTER, EPISODES, SECRET, add, all_score, counter_config, kill, seed, verify
+from tests.hostile_passwords import libpq_raw, pieces_shown
 from tests.postgres import Postgres, postgres_or_skip
 from tests.session_cookies import cookie_owner
 
-PASSWORD = "pg-e2e-pass:word"
+# Every character a URL gives a meaning to, written raw where libpq takes it raw: no output may show it,
+# whole or in pieces.
+PASSWORD = "Kq7w?Zr8x#Wm9y@Xt6z/Yv5u%Ub4t:Jn3s"
 SESSIONS = 40
 # Sessions of the worker that is frozen.
 HELD = 8
@@ -47,10 +50,14 @@ def postgres() -> Iterator[Postgres]:
         yield server
 
 
+def location(postgres: Postgres) -> str:
+    return postgres.dsn().replace(quote(PASSWORD, safe=""), libpq_raw(PASSWORD))
+
+
 @pytest.fixture(scope="module")
 def counter(postgres: Postgres, tmp_path_factory) -> Iterator[Launcher]:
     # The default owner lease (10 s): on a loaded machine a shorter one lapsed now and then, whose requests got 503.
-    config = counter_config(4, session_store=postgres.dsn())
+    config = counter_config(4, session_store=location(postgres))
     env = {"NEMO_GYM_STATE_DIR": str(tmp_path_factory.mktemp("pg_state"))}
     launcher = Launcher(gym_config.parse(config), gym_config.free_port(), env).start(120)
     yield launcher
@@ -112,7 +119,7 @@ def test_the_served_config_names_the_store_without_its_password(counter, postgre
     with urllib.request.urlopen(f"{counter.head_url}/global_config", timeout=30) as reply:
         served = reply.read().decode()
     store = json.loads(served)[COUNTER]["resources_servers"][COUNTER]["session_store"]
-    assert PASSWORD not in served and quote(PASSWORD, safe="") not in served and store == postgres.dsn(password="<redacted>").replace("%3C", "<").replace("%3E", ">")
+    assert not pieces_shown(PASSWORD, served) and store == postgres.dsn(password="")
 
 
 def test_200_sessions_score_and_a_sigkilled_workers_are_adopted_with_no_acknowledged_increment_lost(counter):
@@ -131,7 +138,7 @@ def test_200_sessions_score_and_a_sigkilled_workers_are_adopted_with_no_acknowle
 def test_while_postgresql_is_down_increments_get_503_with_retry_after_and_then_all_goes_on(counter, postgres):
     url = counter.instances[COUNTER].url
 
-    async def scenario() -> tuple[list[tuple[int, dict]], list[int]]:
+    async def scenario() -> tuple[list[tuple[int, dict]], list[int], str]:
         sessions = await seeded(url, SESSIONS)
         async with fresh_connections() as http:
             postgres.stop()
@@ -140,6 +147,7 @@ def test_while_postgresql_is_down_increments_get_503_with_retry_after_and_then_a
             try:
                 while time.monotonic() < deadline:
                     refused += await asyncio.gather(*(session.increment(http, url) for session in sessions))
+                start_error = failed_start(postgres)
             finally:
                 postgres.start()
             for _ in range(MAX_ROUNDS):
@@ -147,11 +155,46 @@ def test_while_postgresql_is_down_increments_get_503_with_retry_after_and_then_a
                 if statuses == [200] * SESSIONS:
                     break
             counts = await asyncio.gather(*(session.read(http, url) for session in sessions))
-        return refused, counts
+        return refused, counts, start_error
 
-    refused, counts = asyncio.run(scenario())
+    refused, counts, start_error = asyncio.run(scenario())
     assert refused and {status for status, _ in refused} == {503} and all(headers.get("Retry-After") for _, headers in refused)
     assert None not in counts  # each read equals that session's acknowledged increments (Session.read)
+    assert "cannot start" in start_error and not pieces_shown(PASSWORD, start_error), start_error
+
+
+def test_a_503_while_postgresql_is_down_says_the_store_is_unavailable_and_nothing_about_it(counter, postgres):
+    url = counter.instances[COUNTER].url
+
+    async def scenario() -> list[dict]:
+        session = (await seeded(url, 1))[0]
+        async with fresh_connections() as http:
+            postgres.stop()
+            try:
+                return [(await session.post(http, url, "/increment_counter", {"count": 1}))[2] for _ in range(3)]
+            finally:
+                postgres.start()
+
+    details = [body["detail"] for body in asyncio.run(scenario())]
+    assert all("session store is unavailable" in detail for detail in details), details
+    about_the_store = ["gym@", str(postgres.port), "postgresql", "connection"]
+    assert not [(part, detail) for detail in details for part in about_the_store if part in detail]
+    assert not [pieces_shown(PASSWORD, detail) for detail in details if pieces_shown(PASSWORD, detail)]
+
+
+def test_no_log_of_the_server_or_its_workers_shows_the_stores_password(counter):
+    logs = "".join(path.read_text(errors="replace") for path in counter.run_dir.glob("*.log"))
+    assert "session store" in logs and not pieces_shown(PASSWORD, logs)
+
+
+def failed_start(postgres: Postgres) -> str:
+    """What a counter with this store says when it cannot start (PostgreSQL down)."""
+    try:
+        with Launcher(gym_config.parse(counter_config(2, session_store=location(postgres))), gym_config.free_port()).start(60):
+            pass
+    except LaunchError as error:
+        return str(error)
+    return "it started"
 
 
 def worker_pid(launcher: Launcher, owner: str) -> int:

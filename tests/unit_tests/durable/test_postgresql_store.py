@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
 
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.lease import OwnerLease
@@ -16,6 +17,7 @@ from nemo_gym.durable.postgresql_store import PostgreSQLStore
 from nemo_gym.durable.states import SessionStates
 from nemo_gym.durable.store import StoreError, open_store
 from tests.postgres import Postgres, postgres_or_skip
+from tests.hostile_passwords import PASSWORDS, leaked, written_forms
 
 PASSWORD = "unit-test:pass@word"
 INSTANCE = "counter"
@@ -145,3 +147,15 @@ def test_the_password_may_come_from_libpqs_environment_or_a_password_file(server
 def test_an_unreachable_server_is_a_store_error_at_open(server: Postgres):
     with pytest.raises(StoreError, match="cannot be used"):
         open_store(f"postgresql://gym@127.0.0.1:1/{INSTANCE}", INSTANCE)
+
+
+@settings(max_examples=60, deadline=None)
+@given(PASSWORDS)
+def test_no_password_of_printable_characters_is_in_the_location_or_the_error_of_a_store_that_is_down(password):
+    # Nothing listens on port 1: libpq's connect is refused, as while the store is down; a location libpq
+    # cannot read (a bad escape, a raw '@' or '/') is refused before it.
+    for written in written_forms(password):
+        with pytest.raises(StoreError) as refused:
+            PostgreSQLStore(written, INSTANCE)
+        assert not leaked(password, str(refused.value)), (written, str(refused.value))
+        assert "cannot be used" in str(refused.value)
