@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from nemo_gym.config.keys import ConfigKeys
 from nemo_gym.durable.lease import OWNER_LEASE_SECONDS
+from nemo_gym.durable.store import STORE_TIMEOUT_SECONDS
 from nemo_gym.env import DEFAULT_HOST
 from nemo_gym.middleware.input_limits import (
     DEFAULT_BODY_TIMEOUT_SECONDS,
@@ -123,6 +124,9 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     # every third of it. A session whose owner's lease has expired may be adopted by any replica
     # (nemo_gym/durable/lease.py, README "Durable sessions").
     owner_lease_seconds: float = Field(default=OWNER_LEASE_SECONDS, gt=0, allow_inf_nan=False)
+    # The deadline of each operation on a store reached over a network (postgresql://...): a store that has
+    # not answered by then counts as down for it (a write gets 503 with Retry-After). README "Durable sessions".
+    store_timeout_seconds: float = Field(default=STORE_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False)
     # A replica set (README "A replica set"): a routed server with a configured session_secret is a replica;
     # the others reach it at advertise_host (default: host; required when host is a wildcard such as
     # 0.0.0.0) on its forwarding port (default: a free one, chosen at start and named in each session).

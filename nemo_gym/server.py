@@ -323,7 +323,7 @@ class SimpleServer(BaseModel):
         states = self.session_states() if self._worker_id is not None and self.config.durable_sessions else None
         # A durable row is rewritten as a use at most every quarter of the idle timeout (README "Session lifecycle").
         refresh = (self.config.session_idle_timeout_seconds or SESSION_MAX_AGE_SECONDS) / 4
-        durable = None if states is None else DurableSessions(open_store(self.config.session_store, self.name), states, self._worker_id, refresh)
+        durable = None if states is None else DurableSessions(open_store(self.config.session_store, self.name, timeout_seconds=self.config.store_timeout_seconds), states, self._worker_id, refresh)
         self._durable = durable
         if durable is not None and isinstance(durable.store, LeaseStore):
             keys = self.replica_keys or {}

@@ -33,6 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
+from nemo_gym.process.launcher import children
+
 BIN_GLOB = "/usr/lib/postgresql/*/bin"
 SYSTEM_USER = "postgres"
 DATABASE = USER = "gym"
@@ -159,6 +161,8 @@ class Postgres:
         (root / "data" / "pg_hba.conf").write_text(f"local all all {method}\nhost all all 0.0.0.0/0 {method}\nhost all all ::/0 {method}\n")
         # initdb's own database is "postgres"; the tests' is "gym", made by the first start (``start``).
         self._created = False
+        # The processes ``freeze`` stopped, postmaster first.
+        self.frozen: list[int] = []
 
     def start(self) -> None:
         """Run the server (the cluster kept from before) until its postmaster says it is ready."""
@@ -199,10 +203,26 @@ class Postgres:
         path = Path(self.view(self.directory)) / "server.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def freeze(self) -> None:
+        """SIGSTOP the postmaster, then each of its processes (a backend per connection): a hung host or
+        network, not a stop. Connections stay open, and nothing on them is answered until ``thaw``."""
+        os.kill(self.process.pid, signal.SIGSTOP)
+        self.frozen = [self.process.pid, *sorted(children(self.process.pid))]
+        for pid in self.frozen[1:]:
+            os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT what ``freeze`` stopped, each by its PID."""
+        for pid in reversed(self.frozen):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self.frozen = []
+
     def stop(self) -> None:
         """Fast shutdown (SIGINT to the postmaster's PID: clients are disconnected), waited for."""
         if self.process is None:
             return
+        self.thaw()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
             try:

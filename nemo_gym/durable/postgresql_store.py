@@ -46,7 +46,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from nemo_gym.config.redaction import misread, scrubbed, shown_url
 from nemo_gym.durable.lease import LeaseHolder
-from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, SessionConflict, StoredSession, StoreError, StoreUnavailable
+from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, STORE_TIMEOUT_SECONDS, SessionConflict, StoredSession, StoreError, StoreTimedOut, StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +108,9 @@ SELECT 'written', session_id FROM written UNION ALL SELECT 'deleted', session_id
 class PostgreSQLStore:
     """One worker's (or one command's) connection to the shared store, for one instance."""
 
-    def __init__(self, location: str, instance_name: str, *, create: bool = True) -> None:
+    def __init__(self, location: str, instance_name: str, *, create: bool = True, timeout_seconds: float = STORE_TIMEOUT_SECONDS) -> None:
         self.location = shown_url(location)
+        self.timeout_seconds = timeout_seconds
         self.instance = instance_name
         self.written = location
         if misread(location):
@@ -149,8 +150,8 @@ class PostgreSQLStore:
         self.failure_logged_at: float | None = None
 
     @classmethod
-    def open(cls, location: str | None, instance_name: str, *, create: bool = True) -> PostgreSQLStore:
-        return cls(location, instance_name, create=create)
+    def open(cls, location: str | None, instance_name: str, *, create: bool = True, timeout_seconds: float = STORE_TIMEOUT_SECONDS) -> PostgreSQLStore:
+        return cls(location, instance_name, create=create, timeout_seconds=timeout_seconds)
 
     def unusable(self, error: Exception) -> StoreError:
         return StoreError(f"the session store {self.location} of {self.instance!r} cannot be used: {self.reason(error)}")
@@ -176,33 +177,77 @@ class PostgreSQLStore:
 
     async def run(self, operation, channel: str = "requests"):
         """``operation(connection)`` on this worker's asyncio connection of ``channel`` (the request path's,
-        or the lease's), one at a time; the connection is made on first use, and dropped when an operation
-        fails (made again by the next). psycopg's errors become ``StoreUnavailable``, reported at most once
-        per ``FAILURE_LOG_INTERVAL_SECONDS``."""
+        or the lease's), one at a time, within ``timeout_seconds`` of the call, its wait for its turn
+        included. The connection is made on first use, and dropped when an operation fails or times out
+        (made again by the next). psycopg's errors become ``StoreUnavailable``, a deadline passed
+        ``StoreTimedOut``; both are reported at most once per ``FAILURE_LOG_INTERVAL_SECONDS``.
+
+        An operation past its deadline is left to end on its own (psycopg cancels it in the server, which
+        a hung server may never answer) and its connection closed then: the caller is not kept waiting,
+        and the next operation does not wait behind it."""
         lock, held = self.channels.setdefault(channel, (asyncio.Lock(), [None]))
-        async with lock:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_seconds
+        try:
+            async with asyncio.timeout_at(deadline):
+                await lock.acquire()
+        except TimeoutError:
+            raise self.timed_out(sent=False) from None
+        try:
+            attempt = asyncio.ensure_future(self.attempt(operation, held))
             try:
-                if held[0] is None or held[0].closed:
-                    held[0] = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
-                try:
-                    result = await operation(held[0])
-                except psycopg.errors.AdminShutdown:
-                    # A connection the server ended (a restart) while it was idle: nothing of this ran. Once more, anew.
-                    with contextlib.suppress(psycopg.Error):
-                        await held[0].close()
-                    held[0] = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
-                    result = await operation(held[0])
-            except psycopg.Error as error:
-                connection, held[0] = held[0], None
-                if connection is not None:
-                    with contextlib.suppress(psycopg.Error):
-                        await connection.close()
-                self.failed(error)
-                raise StoreUnavailable(f"the session store {self.location} cannot commit: {self.reason(error)}") from error
+                done, _ = await asyncio.wait({attempt}, timeout=max(0.0, deadline - loop.time()))
+            except BaseException:
+                self.abandon(attempt, held)
+                raise
+            if not done:
+                self.abandon(attempt, held)
+                raise self.timed_out(sent=True)
+            result = attempt.result()
+        finally:
+            lock.release()
         if self.failure_logged_at is not None:
             logger.warning("the session store %s commits again (%d more operations had failed)", self.location, self.failures)
             self.failure_logged_at, self.failures = None, 0
         return result
+
+    async def attempt(self, operation, held: list[psycopg.AsyncConnection | None]):
+        try:
+            if held[0] is None or held[0].closed:
+                held[0] = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
+            try:
+                return await operation(held[0])
+            except psycopg.errors.AdminShutdown:
+                # A connection the server ended (a restart) while it was idle: nothing of this ran. Once more, anew.
+                with contextlib.suppress(psycopg.Error):
+                    await held[0].close()
+                held[0] = await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
+                return await operation(held[0])
+        except psycopg.Error as error:
+            connection, held[0] = held[0], None
+            if connection is not None:
+                with contextlib.suppress(psycopg.Error):
+                    await connection.close()
+            self.failed(error)
+            raise StoreUnavailable(f"the session store {self.location} cannot commit: {self.reason(error)}") from error
+
+    def abandon(self, attempt: asyncio.Future, held: list[psycopg.AsyncConnection | None]) -> None:
+        """Let an operation past its deadline (or whose caller went away) end on its own, and close its connection then."""
+        connection, held[0] = held[0], None
+
+        def ended(task: asyncio.Future) -> None:
+            if not task.cancelled():
+                task.exception()  # retrieved: it was reported, or the deadline was
+            if connection is not None and not connection.closed:
+                connection.pgconn.finish()
+
+        attempt.cancel()
+        attempt.add_done_callback(ended)
+
+    def timed_out(self, sent: bool) -> StoreTimedOut:
+        error = StoreTimedOut(f"the session store {self.location} did not answer within {self.timeout_seconds:g} s", sent)
+        self.failed(error)
+        return error
 
     def failed(self, error: Exception) -> None:
         self.failures += 1

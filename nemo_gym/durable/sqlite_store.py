@@ -25,7 +25,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, SessionConflict, SessionTaken, StoredSession, StoreError, StoreUnavailable
+from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, STORE_TIMEOUT_SECONDS, SessionConflict, SessionTaken, StoredSession, StoreError, StoreUnavailable
 from nemo_gym.sessions.secret import state_dir
 
 logger = logging.getLogger(__name__)
@@ -97,8 +97,10 @@ class SQLiteStore:
         self.purge_expired()
 
     @classmethod
-    def open(cls, location: str | None, instance_name: str, *, create: bool = True) -> SQLiteStore:
-        """The file at ``location`` (a path, ``sqlite://`` before it or not), or the instance's own."""
+    def open(cls, location: str | None, instance_name: str, *, create: bool = True, timeout_seconds: float = STORE_TIMEOUT_SECONDS) -> SQLiteStore:
+        """The file at ``location`` (a path, ``sqlite://`` before it or not), or the instance's own. A local
+        file has no deadline of its own (``timeout_seconds`` is a network store's): its writes wait
+        ``BUSY_TIMEOUT_MS`` at most for another worker's transaction."""
         path = store_path(instance_name) if location is None else Path(location.removeprefix("sqlite://"))
         if not create and not path.exists():
             raise StoreError(f"instance {instance_name!r} has no session store at {path}")

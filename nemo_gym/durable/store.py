@@ -17,6 +17,10 @@ from typing import Protocol
 
 # Starlette's SessionMiddleware default max_age: a row lives as long as the cookie naming it.
 SESSION_MAX_AGE_SECONDS = 14 * 24 * 3600
+# The default of the ``store_timeout_seconds`` setting: a store that has not answered an operation in this
+# long counts as down for it. Below the owner lease's valid share (9 s of 10), so a renewal that times out
+# leaves time for another before the lease runs out.
+STORE_TIMEOUT_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,20 @@ class SessionConflict(ValueError):
 
 
 class StoreUnavailable(RuntimeError):
-    """The store could not commit a write (its file system full, an I/O error): nothing of it was written."""
+    """The store could not commit a write (its file system full, an I/O error, a refused connection):
+    nothing of it was written."""
+
+    # Whether the operation may have taken effect all the same (``StoreTimedOut``).
+    may_have_applied = False
+
+
+class StoreTimedOut(StoreUnavailable):
+    """The store did not answer within its deadline. An operation that was sent may still be applied when
+    the store answers again (``may_have_applied``); one that waited for its turn was never sent."""
+
+    def __init__(self, message: str, sent: bool) -> None:
+        super().__init__(message)
+        self.may_have_applied = sent
 
 
 class SessionStore(Protocol):
@@ -51,9 +68,11 @@ class SessionStore(Protocol):
     location: str
 
     @classmethod
-    def open(cls, location: str | None, instance_name: str, *, create: bool = True) -> SessionStore:
+    def open(cls, location: str | None, instance_name: str, *, create: bool = True, timeout_seconds: float = STORE_TIMEOUT_SECONDS) -> SessionStore:
         """Connect to the store at ``location`` (None: the instance's default one), made if missing unless
-        ``create`` is false; raises ``StoreError`` for a store that cannot be used, or is missing."""
+        ``create`` is false; raises ``StoreError`` for a store that cannot be used, or is missing. A store
+        reached over a network gives each awaited operation ``timeout_seconds``, then raises
+        ``StoreTimedOut``; a local file's are bounded by its own lock's wait."""
 
     async def read(self, session_id: str) -> StoredSession | None:
         """The session's live row, or None (never stored, deleted, or expired)."""
@@ -94,7 +113,7 @@ STORES = {
 }
 
 
-def open_store(location: str | None, instance_name: str, *, create: bool = True) -> SessionStore:
+def open_store(location: str | None, instance_name: str, *, create: bool = True, timeout_seconds: float = STORE_TIMEOUT_SECONDS) -> SessionStore:
     """The store at ``location``: ``scheme://...`` names its kind; a path or None (the instance's own file
     under the state directory) is SQLite. Raises ``StoreError`` for a kind there is none of."""
     scheme, separator, _ = (location or "").partition("://")
@@ -102,4 +121,4 @@ def open_store(location: str | None, instance_name: str, *, create: bool = True)
     if kind not in STORES:
         raise StoreError(f"the session store of {instance_name!r} cannot be used: no store is of the kind {kind!r} (the kinds: {', '.join(sorted(STORES))}, or a file path for SQLite)")
     module, _, name = STORES[kind].partition(":")
-    return getattr(importlib.import_module(module), name).open(location, instance_name, create=create)
+    return getattr(importlib.import_module(module), name).open(location, instance_name, create=create, timeout_seconds=timeout_seconds)

@@ -17,16 +17,31 @@ from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
 from nemo_gym.sessions.token import is_mcp_path, token_session_id
 
 
-def store_unavailable() -> JSONResponse:
-    """503, saying only that the store is unavailable: where it is and what its driver said go to this
-    worker's log (the store reports them), never to a client."""
+# ``GET /``: whether this worker serves, whatever the store is doing (README, "Durable sessions").
+LIVENESS_PATH = "/"
+
+
+def store_unavailable(error: StoreUnavailable) -> JSONResponse:
+    """503, saying only that the store is unavailable (where it is and what its driver said go to this
+    worker's log: the store reports them, never to a client), and whether the change may have taken
+    effect all the same: it did not if the store refused it or was never reached; it may have if the
+    store did not answer in time."""
+    if error.may_have_applied:
+        outcome = ("the session store did not answer in time, so whether it took effect is unknown: it may be applied "
+                   "when the store answers again. The session is served as of its last successful reply meanwhile")
+    else:
+        outcome = "the session store is unavailable, so it did not take effect: the session is as of its last successful reply"
     return JSONResponse(
         status_code=503,
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        content={
-            "detail": "This request changed the session, and the change could not be stored (the session store is "
-            "unavailable), so it did not take effect: the session is as of its last successful reply. Retry later."
-        },
+        content={"detail": f"This request changed the session, and the change could not be stored: {outcome}. Retry later."},
+    )
+
+
+def lease_not_renewed() -> JSONResponse:
+    return retry_later(
+        "This worker's owner lease could not be renewed (the session store is unavailable or did not answer in time), "
+        "so it serves none of its sessions until it is: this request was not run. Retry it."
     )
 
 
@@ -34,7 +49,7 @@ def not_taken_up(error: StoreUnavailable | ValueError, session: str) -> JSONResp
     """The reply for a stored session this worker could not take over: its claim could not commit (503,
     retry), or its state does not load here (500, naming ``session``)."""
     if isinstance(error, StoreUnavailable):
-        return store_unavailable()
+        return store_unavailable(error)
     return JSONResponse(status_code=500, content={"detail": f"{session}: its stored state does not load here: {error}"})
 
 
@@ -80,7 +95,8 @@ class WriteThrough:
         self.tokens = tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"] == LIVENESS_PATH:
+            # A balancer's health check is answered by the worker alone, never waiting on the store.
             await self.app(scope, receive, send)
             return
         session = scope["session"]
@@ -88,7 +104,7 @@ class WriteThrough:
         try:
             await self.sessions.ensure_lease()
         except StoreUnavailable:
-            await store_unavailable()(scope, receive, send)
+            await lease_not_renewed()(scope, receive, send)
             return
         epoch = self.sessions.epoch
         if not self.sessions.holds(session_id) and NEW_SESSION_SCOPE_KEY not in scope:
@@ -122,9 +138,9 @@ class WriteThrough:
                     return
                 try:
                     await self.sessions.save(touched)
-                except StoreUnavailable:
+                except StoreUnavailable as error:
                     refused = True
-                    await store_unavailable()(scope, receive, send)
+                    await store_unavailable(error)(scope, receive, send)
                     return
                 except SessionTaken:
                     if self.sessions.lease is None:
@@ -144,8 +160,8 @@ class WriteThrough:
         try:
             stored = await self.sessions.store.read(session_id)
             holder = None if stored is None or stored.owner in (None, self.sessions.owner) else await self.sessions.holder(stored.owner)
-        except StoreUnavailable:
-            return store_unavailable()
+        except StoreUnavailable as error:
+            return store_unavailable(error)
         if holder is not None and holder.live:
             return owned_elsewhere(session, holder)
         return retry_later(

@@ -39,6 +39,11 @@ SESSIONS = 40
 # Sessions of the worker that is frozen.
 HELD = 8
 DOWN_SECONDS = 5
+# PostgreSQL hung (SIGSTOP) past the owner lease (10 s): reads from memory end with the lease.
+FROZEN_SECONDS = 20
+# Bounds, never expectations: a request waits at most two store deadlines (5 s: one commit ahead of its own).
+REQUEST_BOUND_SECONDS = 15
+HEALTH_BOUND_SECONDS = 5
 # Bounds, never expectations.
 REQUEST_TIMEOUT_SECONDS = 120
 MAX_ROUNDS = 200
@@ -161,6 +166,54 @@ def test_while_postgresql_is_down_increments_get_503_with_retry_after_and_then_a
     assert refused and {status for status, _ in refused} == {503} and all(headers.get("Retry-After") for _, headers in refused)
     assert None not in counts  # each read equals that session's acknowledged increments (Session.read)
     assert "cannot start" in start_error and not pieces_shown(PASSWORD, start_error), start_error
+
+
+def test_while_postgresql_is_frozen_requests_get_503_within_the_store_deadline_get_slash_never_waits_and_no_count_is_wrong(counter, postgres):
+    """A hung store (its processes SIGSTOPped: connections open, nothing answered) past the owner lease."""
+    url = counter.instances[COUNTER].url
+    bounded = aiohttp.ClientTimeout(total=REQUEST_BOUND_SECONDS)
+
+    async def healthy(http: aiohttp.ClientSession, stop: asyncio.Event) -> int:
+        answered = 0
+        while not stop.is_set():
+            async with http.get(f"{url}/", timeout=aiohttp.ClientTimeout(total=HEALTH_BOUND_SECONDS)) as reply:
+                assert reply.status == 200
+                answered += 1
+            await asyncio.sleep(0.5)
+        return answered
+
+    async def scenario() -> tuple[list[tuple[int, dict]], int, list[tuple[int, int, int]]]:
+        sessions = await seeded(url, SESSIONS)
+        unknown = [0] * SESSIONS
+        replies: list[tuple[int, dict]] = []
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), cookie_jar=aiohttp.DummyCookieJar(), timeout=bounded) as http:
+            stop = asyncio.Event()
+            postgres.freeze()
+            try:
+                health = asyncio.ensure_future(healthy(http, stop))
+                deadline = time.monotonic() + FROZEN_SECONDS
+                while time.monotonic() < deadline:
+                    round_ = await asyncio.gather(*(session.increment(http, url) for session in sessions))
+                    for number, (status, headers) in enumerate(round_):
+                        unknown[number] += status != 200
+                    replies += round_
+                    replies += [(status, headers) for status, headers, _ in await asyncio.gather(*(session.post(http, url, "/get_counter_value", {}) for session in sessions))]
+                stop.set()
+                answered = await health
+            finally:
+                postgres.thaw()
+            for _ in range(MAX_ROUNDS):
+                if [status for status, _ in await asyncio.gather(*(session.increment(http, url) for session in sessions))] == [200] * SESSIONS:
+                    break
+            counts = [(await session.post(http, url, "/get_counter_value", {}))[2].get("count") for session in sessions]
+        return replies, answered, [(session.count, count, unknown[number]) for number, (session, count) in enumerate(zip(sessions, counts))]
+
+    replies, answered, counts = asyncio.run(scenario())
+    refused = [headers for status, headers in replies if status != 200]
+    assert refused and {status for status, _ in replies} <= {200, 503} and all(headers.get("Retry-After") for headers in refused)
+    assert answered > 1
+    # Acknowledged <= count <= acknowledged + replies that said it may have taken effect.
+    assert all(acknowledged <= count <= acknowledged + unknown for acknowledged, count, unknown in counts), counts
 
 
 def test_a_503_while_postgresql_is_down_says_the_store_is_unavailable_and_nothing_about_it(counter, postgres):
