@@ -3,9 +3,12 @@
 Every worker of a replica listens on the replica's forwarding port (``SO_REUSEPORT``: the kernel
 spreads the connections over them; the replica's main process holds the port from start to stop,
 ``claim_forward_port``). A request that reaches the port must carry a valid replica credential
-(``credentials``), or it gets 401 and is never handled; a valid one is handed to the app (the
-router's ``from_replica``), which serves it here or sends it on to the owner worker on this host,
-whose own lost-session policy answers if that worker is gone.
+(``credentials``), checked as soon as its head is complete, or it gets 401, the connection is closed
+and it is never handled; a valid one, once its body is checked against the credential, is handed to
+the app (the router's ``from_replica``), which serves it here or sends it on to the owner worker on
+this host, whose own lost-session policy answers if that worker is gone. The port has the public
+port's time limits, and holds only so many connections that have not yet authenticated
+(``Doorkeeper``): anyone the network lets reach it can connect.
 
 Liveness, per replica address, from what the network says and never from a guess: a refused
 connection proves the replica gone (nothing listens on its port: every process of it is dead); a
