@@ -70,6 +70,12 @@ class InputLimits:
         """
         return InputLimits(2 * self.max_header_bytes, None, None, 0)
 
+    def for_replicas(self) -> "InputLimits":
+        """The limits of a replica's forwarding port: the public ones, but for heads twice as long (a forwarded
+        head is rebuilt, as for the siblings). Timed, unlike the siblings' socket: anyone the network lets
+        reach the port can open a connection to it, and the other replicas send a body whole, at once."""
+        return dataclasses.replace(self, max_header_bytes=2 * self.max_header_bytes)
+
     def protocol(self) -> Callable[..., asyncio.Protocol]:
         """uvicorn's ``http`` setting: the protocol held to these limits (picklable, for worker processes)."""
         return functools.partial(LimitedHttpToolsProtocol, limits=self)

@@ -2,12 +2,16 @@
 
 The connection is the transport's (``transport.connection``); what goes on it, and what comes back as
 ASGI messages, is decided here. A caller that leaves cancels the relay.
+
+A request that is signed (a replica's credential, ``transport.credentials``, covers its whole body) has its
+body read whole before its head is sent: kept as the pieces it came in (no copy), and sent with its length.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
 
@@ -22,8 +26,10 @@ HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailer", b"transfer-encoding", b"upgrade"}
 )
 
-# What goes up to the owner: the whole body, a stream of it, or none.
-RequestBody = bytes | AsyncIterator[bytes] | None
+# What goes up to the owner: the whole body (in one piece, or in the pieces it came in), a stream of it, or none.
+RequestBody = bytes | list[bytes] | AsyncIterator[bytes] | None
+# Makes the header that signs a request: given its scope, its headers as sent and its whole body.
+Signer = Callable[[Any, list[tuple[bytes, bytes]], list[bytes]], tuple[bytes, bytes]]
 
 
 class CallerLeft(Exception):
@@ -33,19 +39,20 @@ class CallerLeft(Exception):
 class Exchange:
     """One forwarded request: the caller's body streamed up, the owner's reply streamed down."""
 
-    def __init__(self, scope: Scope, receive: Receive, send: Send, added: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-        """``added``: headers this hop adds to the request."""
+    def __init__(self, scope: Scope, receive: Receive, send: Send, sign: Signer | None = None) -> None:
+        """``sign``: makes the header this hop adds to sign the request (none: unsigned)."""
         self.scope = scope
-        self.added = added
+        self.sign = sign
         self.receive = receive
         self.send = send
         self.body_sent = asyncio.Event()
         self.started = False
         self.finished = False
         self.caller_left = False
-        # The first body message read from the caller: a request that reached no owner (the rest of a
-        # streamed body is read only once connected) can then be served from the start by someone else.
-        self.first_body: Message = {"type": "http.request", "body": b"", "more_body": False}
+        # The body messages read from the caller and kept: a request that reached no owner can then be
+        # served from the start by someone else. The first only, unless the body was read whole (signed):
+        # the rest of a streamed body is read only once connected, and not kept.
+        self.kept: list[Message] = [{"type": "http.request", "body": b"", "more_body": False}]
         # Whether a streamed body was read from the caller past its first message (which is kept).
         self.read_past_first = False
 
@@ -68,13 +75,19 @@ class Exchange:
         headers = [(name, value) for name, value in scope["headers"] if name not in HOP_BY_HOP and name not in REFRAMED]
         if scope.get("client"):
             headers.append((CLIENT_HEADER, b"%s:%d" % (scope["client"][0].encode(), scope["client"][1])))
-        headers.extend(self.added)
         if isinstance(body, bytes):
             headers.append((b"content-length", b"%d" % len(body)))
+        elif isinstance(body, list):
+            headers.append((b"content-length", b"%d" % sum(len(piece) for piece in body)))
         elif body is not None:
             headers.append((b"transfer-encoding", b"chunked"))
+        if self.sign is not None:
+            headers.append(self.sign(scope, headers, [body] if isinstance(body, bytes) else body or []))
         await connection.write(request_head(scope, headers) + (body if isinstance(body, bytes) else b""))
-        if body is not None and not isinstance(body, bytes):
+        if isinstance(body, list):
+            for piece in body:
+                await connection.write(piece)
+        elif body is not None and not isinstance(body, bytes):
             async for chunk in body:
                 if chunk:
                     await connection.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
@@ -104,10 +117,16 @@ class Exchange:
         if not any(name in (b"content-length", b"transfer-encoding") for name, _ in self.scope["headers"]):
             self.body_sent.set()
             return None
-        first = self.first_body = await self.next_body_message()
+        first = await self.next_body_message()
+        self.kept = [first]
         if not first.get("more_body", False):
             self.body_sent.set()
             return first.get("body", b"")
+        if self.sign is not None:
+            while self.kept[-1].get("more_body", False):
+                self.kept.append(await self.next_body_message())
+            self.body_sent.set()
+            return [message.get("body", b"") for message in self.kept]
         return self.body_stream(first.get("body", b""))
 
     async def body_stream(self, first_chunk: bytes) -> AsyncIterator[bytes]:
@@ -128,20 +147,20 @@ class Exchange:
         return message
 
     def replayable(self) -> bool:
-        """Whether the request can be sent again whole: its body was read in one message (or it has none),
-        or a streamed body was not read past its first message. A stream read further is not kept, so
-        a request whose body streamed is sent again only if its connection broke that early."""
+        """Whether the request can be sent again whole: its body was read whole (or it has none), or a
+        streamed body was not read past its first message. A stream read further is not kept, so a
+        request whose body streamed is sent again only if its connection broke that early."""
         return not self.read_past_first and not self.caller_left
 
     def body_again(self, body: RequestBody) -> RequestBody:
-        """The body to send again (``replayable`` requests only): the same bytes, or the stream from its start."""
-        if body is None or isinstance(body, bytes):
+        """The body to send again (``replayable`` requests only): the same, or the stream from its start."""
+        if body is None or isinstance(body, (bytes, list)):
             return body
-        return self.body_stream(self.first_body.get("body", b""))
+        return self.body_stream(self.kept[0].get("body", b""))
 
     def replay(self) -> Receive:
         """The caller's request again from the start, for a request that reached no owner."""
-        return replaying(self.first_body, self.receive)
+        return replaying(self.receive, *self.kept)
 
     async def cancel_when_caller_leaves(self, relaying: asyncio.Task) -> None:
         """Cancelling the relay closes the connection to the owner, which then cancels its handler."""
@@ -153,9 +172,9 @@ class Exchange:
             relaying.cancel()
 
 
-def replaying(first: Message, receive: Receive) -> Receive:
-    """``receive``, with a message already taken from it given back first."""
-    pending = [first]
+def replaying(receive: Receive, *taken: Message) -> Receive:
+    """``receive``, with the messages already taken from it given back first, in order."""
+    pending = list(reversed(taken))
 
     async def replay() -> Message:
         return pending.pop() if pending else await receive()

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from nemo_gym.metrics.meters import METERS
-from nemo_gym.routing.exchange import CallerLeft, Exchange, RequestBody
+from nemo_gym.routing.exchange import CallerLeft, Exchange, RequestBody, Signer
 from nemo_gym.routing.hop_tracing import hop_tracer
 from nemo_gym.routing.transport.base import Transport
 from nemo_gym.routing.transport.connection import ConnectionBroken
@@ -77,10 +77,10 @@ class Forwarder:
         receive: Receive,
         send: Send,
         busy_wait_seconds: float | None = None,
-        headers: tuple[tuple[bytes, bytes], ...] = (),
+        sign: Signer | None = None,
         worker: str | None = None,
     ) -> None:
-        """Forward (with ``headers`` added: a replica's credential) and stream back; raises ``OwnerGone``,
+        """Forward (signed by ``sign``: a replica's credential) and stream back; raises ``OwnerGone``,
         ``OwnerDied`` or ``OwnerBusy``, with nothing sent, if it cannot; a 502 for a live owner whose
         connection broke before its reply started. ``worker``: the owner worker whose lease counts (default: ``owner``).
 
@@ -89,10 +89,10 @@ class Forwarder:
         with its duration, under its hop (``nemo_gym.metrics``); with tracing, it is a span (``hop_tracing``).
         """
         if self.tracer is None:
-            await self.forward_once(owner, scope, receive, send, busy_wait_seconds, headers, worker)
+            await self.forward_once(owner, scope, receive, send, busy_wait_seconds, sign, worker)
             return
         with self.tracer.span(owner, scope, send) as (scope, send):
-            await self.forward_once(owner, scope, receive, send, busy_wait_seconds, headers, worker)
+            await self.forward_once(owner, scope, receive, send, busy_wait_seconds, sign, worker)
 
     async def forward_once(
         self,
@@ -101,12 +101,12 @@ class Forwarder:
         receive: Receive,
         send: Send,
         busy_wait_seconds: float | None,
-        headers: tuple[tuple[bytes, bytes], ...],
+        sign: Signer | None,
         worker: str | None,
     ) -> None:
         started = time.perf_counter()
         busy_wait_seconds = self.busy_wait_seconds if busy_wait_seconds is None else busy_wait_seconds
-        exchange = Exchange(scope, receive, send, headers)
+        exchange = Exchange(scope, receive, send, sign)
         try:
             await exchange.run(lambda body: self.relay_when_reachable(owner, exchange, body, busy_wait_seconds, worker or owner))
             if exchange.started:

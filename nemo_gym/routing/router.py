@@ -23,7 +23,7 @@ from nemo_gym.routing.lost import Decision, ForwardTo, LostSessionPolicy, Reply,
 from nemo_gym.routing.owner import AmbiguousSession, OwnerReader, owner_of
 from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.replica import forward_address, owner_label, replica_of
-from nemo_gym.routing.transport.credentials import AUTH_HEADER_KEY
+from nemo_gym.routing.transport.credentials import AUTH_HEADER_KEY, request_target
 from nemo_gym.routing.transport.private_server import CLIENT_HEADER
 from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY, TcpTransport
 from nemo_gym.routing.worker import WORKER_HEADER, is_worker_id
@@ -120,10 +120,12 @@ class SessionRouter:
         transport: TcpTransport = self.replicas.transport
         if any(name == AUTH_HEADER_KEY for name, _ in scope["headers"]):  # the caller's own: never passed on
             scope["headers"] = [(name, value) for name, value in scope["headers"] if name != AUTH_HEADER_KEY]
-        credential = transport.credentials.header(scope, replica, owner)
+        def sign(scope: Scope, headers: list[tuple[bytes, bytes]], body: list[bytes]) -> tuple[bytes, bytes]:
+            return transport.credentials.header(scope["method"].encode(), request_target(scope), replica, owner, headers, body)
+
         decision: Decision
         try:
-            await self.replicas.forward(address, scope, receive, send, headers=(credential,), worker=owner)
+            await self.replicas.forward(address, scope, receive, send, sign=sign, worker=owner)
             return
         except OwnerGone as gone:
             receive = gone.replay or receive
@@ -170,13 +172,13 @@ class SessionRouter:
         first = await receive()
         if first.get("more_body", False):
             self.placement.taken_back(target)
-            await self.app(scope, replaying(first, receive), send)
+            await self.app(scope, replaying(receive, first), send)
             return
         try:
-            await self.forwarder.forward(target, scope, replaying(first, receive), send, busy_wait_seconds=0)
+            await self.forwarder.forward(target, scope, replaying(receive, first), send, busy_wait_seconds=0)
         except (OwnerGone, OwnerDied, OwnerBusy):
             self.placement.taken_back(target)
-            await self.app(scope, replaying(first, receive), send)
+            await self.app(scope, replaying(receive, first), send)
 
 
 def busy_owner(owner: str, waited_seconds: float) -> JSONResponse:

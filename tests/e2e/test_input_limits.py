@@ -1,11 +1,16 @@
 """The limits on request heads and on slow clients, on real processes: the counter at 2 workers, with
-the default head limit and time limits of a second, probed by raw sockets (``nemo_gym/middleware/input_limits.py``)."""
+the default head limit and time limits of a second, probed by raw sockets (``nemo_gym/middleware/input_limits.py``).
+
+The counter has a ``session_secret``, so it is a replica of a replica set (of one), and its forwarding
+port is held to the same time limits (``nemo_gym/routing/transport/tcp.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import resource
+import secrets
 import signal
 from pathlib import Path
 
@@ -17,8 +22,13 @@ from nemo_gym.client.reading import cookie_header
 from nemo_gym.middleware.input_limits import DEFAULT_MAX_HEADER_BYTES
 from nemo_gym.process.launcher import Launcher
 from nemo_gym.routing.worker import WORKER_HEADER
+from nemo_gym.routing.replica import REPLICA_KEY, forward_address
+from nemo_gym.routing.transport.credentials import ReplicaCredentials
 from nemo_gym.routing.transport.unix import socket_address
+from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.cookie import session_cookie_name
 from tests.e2e.test_every_server_kind import rss_kb, serving_processes
+from tests.session_cookies import session_of
 
 LIMIT = DEFAULT_MAX_HEADER_BYTES
 TIMEOUT_SECONDS = 1
@@ -28,6 +38,7 @@ SETTINGS = {
     "header_timeout_seconds": TIMEOUT_SECONDS,
     "body_timeout_seconds": TIMEOUT_SECONDS,
     "min_body_bytes_per_second": MIN_RATE,
+    "session_secret": secrets.token_urlsafe(32),
 }
 STACK = {"counter": {"resources_servers": {"example_session_state_mgmt": SETTINGS}}}
 # What a refused connection may take to be answered and closed, generously: a loaded machine.
@@ -36,6 +47,9 @@ HUGE_HEADER_BYTES = 32 * 1024 * 1024
 RSS_GROWTH_LIMIT_KB = 20 * 1024
 SLOW_CLIENTS = 150
 BYTE_PAUSE_SECONDS = 0.1
+# systemd's default soft limit on a service's open files, and a flood of idle connections well over it.
+DESCRIPTOR_LIMIT = 1024
+IDLE_FLOOD = 2500
 
 
 @pytest.fixture(scope="module")
@@ -398,3 +412,88 @@ def test_pipelined_requests_each_within_the_limit_are_all_served(port):
             writer.close()
 
     assert asyncio.run(pipeline()) == [200, 200, 200]
+
+
+def forwarding_port(stack: Launcher) -> tuple[int, dict[str, str], dict]:
+    """The replica's forwarding port, read from a new session's cookie; the cookies and the session."""
+    cookies, _ = seeded_session(stack, initial_count=0)
+    session = session_of(SETTINGS["session_secret"], cookies[session_cookie_name("counter")])
+    return int(forward_address(session).rpartition(":")[2]), cookies, session
+
+
+def test_the_forwarding_port_closes_a_connection_that_sends_nothing_or_half_a_head_after_the_header_timeout(stack):
+    forward, _, _ = forwarding_port(stack)
+
+    async def idle() -> bool:
+        reader, writer = await asyncio.open_connection("127.0.0.1", forward)
+        try:
+            async with asyncio.timeout(VERDICT_BOUND_SECONDS):
+                return await closed(reader)
+        finally:
+            writer.close()
+
+    async def half_a_head() -> tuple[int, bool]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", forward)
+        try:
+            async with asyncio.timeout(VERDICT_BOUND_SECONDS):
+                writer.write(b"POST /increment_counter HTTP/1.1\r\nHost: x\r\n")
+                status, headers, _ = await read_reply(reader)
+                return status, headers.get("connection") == "close" and await closed(reader)
+        finally:
+            writer.close()
+
+    assert asyncio.run(idle())
+    assert asyncio.run(half_a_head()) == (408, True)
+    assert asyncio.run(trickle(forward, *slow_head())) == (408, True)
+
+
+def test_a_body_sent_a_byte_at_a_time_to_the_forwarding_port_with_a_valid_credential_gets_408(stack):
+    forward, cookies, session = forwarding_port(stack)
+    body = b'{"count": 1}' + b" " * 100
+    cookie = [(b"cookie", cookie_header(cookies).encode())]
+    credentials = ReplicaCredentials(SETTINGS["session_secret"])
+    name, value = credentials.header(b"POST", b"/increment_counter", session[REPLICA_KEY], session[OWNER_KEY], cookie, [body])
+    head = b"POST /increment_counter HTTP/1.1\r\nHost: x\r\nCookie: %s\r\n%s: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (
+        cookie[0][1], name, value, len(body))
+    assert asyncio.run(trickle(forward, head, body)) == (408, True)
+    reply = requests.post(stack.instances["counter"].url + "/get_counter_value", json={}, cookies=cookies, timeout=30)
+    assert reply.json() == {"count": 0}
+
+
+@pytest.fixture
+def descriptor_limit(stack):
+    """Every worker of the counter held to ``DESCRIPTOR_LIMIT`` open files for the test (as systemd's default
+    soft limit would), and this process allowed the flood's sockets."""
+    workers = serving_processes(stack.processes["counter"].pid)
+    before = {pid: resource.prlimit(pid, resource.RLIMIT_NOFILE) for pid in workers}
+    own = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if own[1] != resource.RLIM_INFINITY and own[1] < IDLE_FLOOD + 100:
+        pytest.skip(f"this process may not open {IDLE_FLOOD} sockets (hard limit {own[1]})")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(own[0], IDLE_FLOOD + 100), own[1]))
+    for pid, (_, hard) in before.items():
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (DESCRIPTOR_LIMIT, hard))
+    try:
+        yield
+    finally:
+        for pid, limits in before.items():
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)
+        resource.setrlimit(resource.RLIMIT_NOFILE, own)
+
+
+def test_2500_idle_half_heads_to_the_forwarding_port_at_a_1024_descriptor_limit_leave_the_public_port_serving(stack, port, descriptor_limit):
+    forward, _, _ = forwarding_port(stack)
+
+    async def flood_then_public() -> list[int]:
+        writers = []
+        try:
+            for _ in range(IDLE_FLOOD):
+                _, writer = await asyncio.open_connection("127.0.0.1", forward)
+                writer.write(b"POST /increment_counter HTTP/1.1\r\nHost: x\r\n")
+                writers.append(writer)
+            # Held open by this side while the public port is asked, twice on new connections.
+            return [(await send_and_read(port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"))[0] for _ in range(2)]
+        finally:
+            for writer in writers:
+                writer.close()
+
+    assert asyncio.run(flood_then_public()) == [200, 200]

@@ -18,6 +18,7 @@ from typing import Any
 
 import httptools
 
+from nemo_gym.routing.transport.credentials import request_target
 from nemo_gym.routing.transport.private_server import PRIVATE_KEEP_ALIVE_SECONDS
 
 # Reply bytes read ahead of the caller before the owner's socket is no longer read.
@@ -189,11 +190,8 @@ class IdleConnections:
 
 
 def request_head(scope: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> bytes:
-    """The request line and headers, as the caller sent them (uvicorn's raw path, without the query)."""
-    target = scope.get("raw_path") or scope["path"].encode()
-    if scope["query_string"]:
-        target += b"?" + scope["query_string"]
-    lines = [b"%s %s HTTP/1.1" % (scope["method"].encode(), target)]
+    """The request line and headers, as the caller sent them (the target a replica's credential covers)."""
+    lines = [b"%s %s HTTP/1.1" % (scope["method"].encode(), request_target(scope))]
     lines += [b"%s: %s" % header for header in headers]
     lines.append(b"\r\n")
     return b"\r\n".join(lines)

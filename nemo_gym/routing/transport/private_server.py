@@ -3,8 +3,9 @@
 Other workers forward the requests of this worker's sessions here. It runs on the worker's event
 loop, does not run the app's lifespan again, and adds no ``date`` or ``server`` header, so a
 forwarded reply is exactly what the app produced. The transport binds the listener, and may give an
-HTTP protocol of its own that refuses a peer (the Unix transport's: a process of another user), a
-guard in front of the entrance (the TCP transport's: replica credentials) and TLS.
+HTTP protocol of its own that refuses a peer (the Unix transport's: a process of another user; the TCP
+transport's: a head without a valid replica credential), a guard in front of the entrance (the TCP
+transport's: the body its credential names) and TLS.
 """
 
 from __future__ import annotations
@@ -70,16 +71,16 @@ class PrivateServer:
         self,
         app: ASGIApp,
         limits: InputLimits,
-        http: type[LimitedHttpToolsProtocol] = LimitedHttpToolsProtocol,
+        http: Callable[..., LimitedHttpToolsProtocol] = LimitedHttpToolsProtocol,
         tls: ssl.SSLContext | None = None,
         guard: Callable[[ASGIApp], ASGIApp] | None = None,
     ) -> None:
-        """``guard`` wraps the entrance (the TCP transport's check of credentials, before anything is read);
-        ``tls`` serves over TLS."""
+        """``limits``: the listener's own (the transport's choice); ``guard`` wraps the entrance (the TCP
+        transport's check of a request's body against its credential); ``tls`` serves over TLS."""
         entrance = PrivateEntrance(app)
         config = uvicorn.Config(
             entrance if guard is None else guard(entrance),
-            http=functools.partial(http, limits=limits.for_siblings()),
+            http=functools.partial(http, limits=limits),
             backlog=MAX_BACKLOG,
             lifespan="off",
             server_header=False,

@@ -3,9 +3,12 @@
 Every worker of a replica listens on the replica's forwarding port (``SO_REUSEPORT``: the kernel
 spreads the connections over them; the replica's main process holds the port from start to stop,
 ``claim_forward_port``). A request that reaches the port must carry a valid replica credential
-(``credentials``), or it gets 401 and is never handled; a valid one is handed to the app (the
-router's ``from_replica``), which serves it here or sends it on to the owner worker on this host,
-whose own lost-session policy answers if that worker is gone.
+(``credentials``), checked as soon as its head is complete, or it gets 401, the connection is closed
+and it is never handled; a valid one, once its body is checked against the credential, is handed to
+the app (the router's ``from_replica``), which serves it here or sends it on to the owner worker on
+this host, whose own lost-session policy answers if that worker is gone. The port has the public
+port's time limits, and holds only so many connections that have not yet authenticated
+(``Doorkeeper``): anyone the network lets reach it can connect.
 
 Liveness, per replica address, from what the network says and never from a guess: a refused
 connection proves the replica gone (nothing listens on its port: every process of it is dead); a
@@ -19,21 +22,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import hmac
+import resource
 import socket
 import ssl
 from collections.abc import AsyncIterator
+from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.middleware.input_limits import InputLimits, LimitedHttpToolsProtocol
+from nemo_gym.routing.exchange import replaying
 from nemo_gym.routing.replica import parse_replica
 from nemo_gym.routing.transport.connection import IdleConnections, OwnerConnection
-from nemo_gym.routing.transport.credentials import AUTH_HEADER, AUTH_HEADER_KEY, ReplicaCredentials
+from nemo_gym.routing.transport.credentials import AUTH_HEADER, AUTH_HEADER_KEY, ReplicaCredentials, body_digest
 from nemo_gym.routing.transport.private_server import PrivateServer
 
-# Set in the scope of a request the forwarding port accepted: the worker its credential sends it to.
+# Set in the scope of a request the forwarding port accepted: the worker its credential sends it to, and
+# the SHA-256 its body must have.
 REPLICA_WORKER_SCOPE_KEY = "nemo_gym.replica_worker"
+BODY_DIGEST_SCOPE_KEY = "nemo_gym.replica_body_digest"
+# The cap on a worker's connections that have not yet authenticated, where the open-file limit is none.
+UNAUTHENTICATED_CAP = 4096
 CONNECT_TIMEOUT_SECONDS = 1.0
 # TCP keep-alive on every connection to a replica: a host that goes away under an open connection (down or
 # cut off, not frozen: a frozen host's kernel answers the probes) breaks it within about 5 + 2 s (the user
@@ -80,26 +92,119 @@ def tls_contexts(certfile: str, keyfile: str, ca_file: str) -> tuple[ssl.SSLCont
     return client, server
 
 
-class Authenticated:
-    """The forwarding port's entrance: one valid replica credential, or 401 and the request is never handled."""
+class Doorkeeper:
+    """What a worker's forwarding port admits: heads with a valid replica credential, and at most
+    ``max_unauthenticated`` connections at a time that have not yet sent one (a connection beyond them is
+    closed as soon as it is accepted), so that connections that never authenticate cannot take the
+    descriptors the public port needs. By default (None) a quarter of the worker's open-file limit as it is
+    when a connection comes (``prlimit`` may change it while the worker runs): whoever fills it leaves
+    three quarters to the rest."""
 
-    def __init__(self, app: ASGIApp, credentials: ReplicaCredentials, replica: str) -> None:
-        self.app = app
+    def __init__(self, credentials: ReplicaCredentials, replica: str, max_unauthenticated: int | None = None) -> None:
         self.credentials = credentials
         self.replica = replica
+        self.max_unauthenticated = max_unauthenticated
+        self.unauthenticated = 0
+
+    def full(self) -> bool:
+        """Whether no more connections that have not authenticated may be held now."""
+        cap = self.max_unauthenticated
+        if cap is None:
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            cap = UNAUTHENTICATED_CAP if soft == resource.RLIM_INFINITY else max(1, soft // 4)
+        return self.unauthenticated >= cap
+
+    def admit(self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> tuple[str, str] | None:
+        """The worker a head's credential sends it to, and the digest its body must have; None if it has no valid one.
+
+        A forwarded request's body has a length (the forwarder sends it whole), which the credential covers."""
+        values = [value for name, value in headers if name == AUTH_HEADER_KEY]
+        lengths = [value for name, value in headers if name == b"content-length"]
+        if len(values) != 1 or len(lengths) > 1 or any(name == b"transfer-encoding" for name, _ in headers):
+            return None
+        length = int(lengths[0]) if lengths else 0
+        return self.credentials.admit(values[0], method, target, self.replica, headers, length)
+
+
+class ReplicaPortProtocol(LimitedHttpToolsProtocol):
+    """The forwarding port's HTTP protocol: the public port's limits, and the ``Doorkeeper``'s admission.
+
+    A head is checked as soon as it is complete: without a valid credential, 401 and the connection closed
+    before any of its body is read; with one, the credential's worker and body digest go into the scope."""
+
+    def __init__(self, *args: Any, doorkeeper: Doorkeeper, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.doorkeeper = doorkeeper
+        self.counted = False
+        self.unauthorized = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if self.doorkeeper.full():
+            self.done = True
+            self.disarm()
+            transport.abort()
+            return
+        self.doorkeeper.unauthenticated += 1
+        self.counted = True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.uncount()
+        super().connection_lost(exc)
+
+    def uncount(self) -> None:
+        if self.counted:
+            self.counted = False
+            self.doorkeeper.unauthenticated -= 1
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.unauthorized and not self.transport.is_closing():
+            self.unauthorized = False
+            self.refuse(401, f"This is a replica's forwarding port: a request needs exactly one valid {AUTH_HEADER} header.")
+
+    def on_headers_complete(self) -> None:
+        if self.done:
+            return
+        admitted = self.doorkeeper.admit(self.parser.get_method(), self.url, self.headers)
+        if admitted is None:
+            self.unauthorized = self.done = True  # refused once the parser returns; nothing more is parsed
+            return
+        self.uncount()
+        # In place: the scope's headers are this list.
+        self.headers[:] = [(name, value) for name, value in self.headers if name != AUTH_HEADER_KEY]
+        self.scope[REPLICA_WORKER_SCOPE_KEY], self.scope[BODY_DIGEST_SCOPE_KEY] = admitted
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        if not self.done:
+            super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        if not self.done:
+            super().on_message_complete()
+
+
+class BodyChecked:
+    """In front of the forwarding port's entrance: the body, read whole, must be the one the credential
+    names, or 401 and the app never sees the request; it is handed on only once checked."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        values = [value for name, value in scope["headers"] if name == AUTH_HEADER_KEY]
-        worker = self.credentials.worker(values[0], scope, self.replica) if len(values) == 1 else None
-        if worker is None:
-            detail = f"This is a replica's forwarding port: a request needs exactly one valid {AUTH_HEADER} header."
-            await JSONResponse(status_code=401, content={"detail": detail})(scope, receive, send)
+        messages = [await receive()]
+        while messages[-1]["type"] == "http.request" and messages[-1].get("more_body", False):
+            messages.append(await receive())
+        if messages[-1]["type"] != "http.request":
+            return  # the sender left
+        if not hmac.compare_digest(body_digest([message.get("body", b"") for message in messages]), scope.pop(BODY_DIGEST_SCOPE_KEY)):
+            detail = f"The request's body is not the one its {AUTH_HEADER} header was made for."
+            await JSONResponse(status_code=401, content={"detail": detail}, headers={"connection": "close"})(scope, receive, send)
             return
-        scope["headers"] = [(name, value) for name, value in scope["headers"] if name != AUTH_HEADER_KEY]
-        scope[REPLICA_WORKER_SCOPE_KEY] = worker
-        await self.app(scope, receive, send)
+        await self.app(scope, replaying(receive, *messages), send)
 
 
 class TcpTransport:
@@ -122,6 +227,7 @@ class TcpTransport:
     ) -> None:
         self.credentials = credentials
         self.replica = replica
+        self.doorkeeper = Doorkeeper(credentials, replica)
         self.bind_host = bind_host
         self.forward_port = forward_port
         self.dead_after_seconds = dead_after_seconds
@@ -208,7 +314,8 @@ class TcpTransport:
         if app is None:
             yield
             return
-        private = PrivateServer(app, limits, tls=self.server_tls, guard=lambda entrance: Authenticated(entrance, self.credentials, self.replica))
+        protocol = functools.partial(ReplicaPortProtocol, doorkeeper=self.doorkeeper)
+        private = PrivateServer(app, limits.for_replicas(), protocol, tls=self.server_tls, guard=BodyChecked)
         await private.start(reuse_port_socket(self.bind_host, self.forward_port))
         try:
             yield

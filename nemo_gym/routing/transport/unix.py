@@ -209,7 +209,7 @@ class UnixTransport:
             life = LifeName(self.socket_dir, worker_id)
             stack.callback(life.release)
             if app is not None:
-                private = PrivateServer(app, limits, SameUserOnly)
+                private = PrivateServer(app, limits.for_siblings(), SameUserOnly)
                 await private.start(bound(socket_address(self.socket_dir, worker_id)))
                 stack.push_async_callback(private.stop)
             life.hold()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import secrets
 import shutil
@@ -17,7 +18,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -34,6 +35,7 @@ from nemo_gym.routing.transport.credentials import AUTH_HEADER, WINDOW_SECONDS, 
 from nemo_gym.routing.transport.tcp import USER_TIMEOUT_SECONDS, claim_forward_port
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, token_serializer
+from tests.e2e.test_input_limits import read_reply
 from tests.session_cookies import session_of, signed_session
 from resources_servers.example_session_state_mgmt.app import CounterServer
 from tests.unit_tests.routing_workers import Caller, EchoServer, Worker, new_session
@@ -171,25 +173,35 @@ async def test_the_transport_to_other_replicas_is_a_transport(two_replicas):
     assert isinstance(r1.workers[0].server.replicas, Transport)
 
 
-def hostile_credentials(replicas: list[Replica], owner: Worker, path: str) -> dict[str, list[tuple[str, str]]]:
-    """Requests to ``owner``'s forwarding port whose credential no replica made for them."""
-    credentials = ReplicaCredentials(owner.server.secret)
+def credential(
+    secret: str, path: str, replica: str, worker: str, cookie: tuple[str, str], body: bytes = b"", stamp: int | None = None
+) -> tuple[str, str]:
+    """The credential a replica makes for a POST to ``path`` with ``cookie`` and ``body``."""
+    headers = [(cookie[0].lower().encode(), cookie[1].encode())]
+    name, value = ReplicaCredentials(secret).header(b"POST", path.encode(), replica, worker, headers, [body], stamp)
+    return name.decode(), value.decode()
+
+
+def session_cookie(worker: Worker, cookies: dict[str, str]) -> tuple[str, str]:
+    return "Cookie", f"{worker.server.session_cookie}={cookies[worker.server.session_cookie]}"
+
+
+def hostile_credentials(replicas: list[Replica], owner: Worker, path: str, cookie: tuple[str, str]) -> dict[str, list[tuple[str, str]]]:
+    """Requests to ``owner``'s forwarding port (a POST of ``path`` with ``cookie``, no body) whose credential no replica made for them."""
+    secret = owner.server.secret
     target, other = replicas[0].address, replicas[1].address
     worker = owner.server.worker_id
     now = int(time.time())
-
-    def valid(method: str, signed_path: str, replica: str, stamp: int) -> str:
-        return f"{stamp} {worker} {credentials.mac(method.encode(), signed_path.encode(), replica, worker, stamp)}"
-
-    forged = ReplicaCredentials(secrets.token_urlsafe(32))
+    _, forged = credential(secrets.token_urlsafe(32), path, target, worker, cookie)
     return {
         "none": [],
         "garbage": [(AUTH_HEADER, "let me in")],
-        "forged with another secret": [(AUTH_HEADER, f"{now} {worker} {forged.mac(b'POST', path.encode(), target, worker, now)}")],
-        "replayed to another path": [(AUTH_HEADER, valid("POST", "/touch", target, now))],
-        "replayed to another replica": [(AUTH_HEADER, valid("POST", path, other, now))],
-        "replayed later": [(AUTH_HEADER, valid("POST", path, target, now - 60))],
-        "sent twice": [(AUTH_HEADER, valid("POST", path, target, now))] * 2,
+        "forged with another secret": [(AUTH_HEADER, forged)],
+        "replayed to another path": [credential(secret, "/touch", target, worker, cookie)],
+        "replayed to another replica": [credential(secret, path, other, worker, cookie)],
+        "replayed later": [credential(secret, path, target, worker, cookie, stamp=now - 60)],
+        "made for a body": [credential(secret, path, target, worker, cookie, b"{}")],
+        "sent twice": [credential(secret, path, target, worker, cookie)] * 2,
     }
 
 
@@ -197,11 +209,11 @@ async def test_requests_to_the_forwarding_port_without_a_valid_credential_get_40
     replicas, caller = two_replicas
     owner = replicas[0].workers[0]
     cookies = await new_session(caller, owner)
-    for what, headers in hostile_credentials(replicas, owner, "/increment").items():
-        response = await caller.http.post(
-            replicas[0].forward_url + "/increment", headers=[*headers, ("Cookie", f"{owner.server.session_cookie}={cookies[owner.server.session_cookie]}")]
-        )
+    cookie = session_cookie(owner, cookies)
+    for what, headers in hostile_credentials(replicas, owner, "/increment", cookie).items():
+        response = await caller.http.post(replicas[0].forward_url + "/increment", headers=[*headers, cookie])
         assert response.status == 401, what
+        assert response.headers["connection"] == "close", what
     assert await count_of(caller, replicas[1].workers[0], cookies) == 2  # none of them counted
 
 
@@ -210,11 +222,108 @@ async def test_a_valid_credential_on_the_forwarding_port_is_served(two_replicas)
     (r1, _), caller = two_replicas
     owner = r1.workers[0]
     cookies = await new_session(caller, owner)
-    scope = {"method": "POST", "path": "/increment", "query_string": b""}
-    name, value = ReplicaCredentials(owner.server.secret).header(scope, r1.address, owner.server.worker_id)
-    cookie = f"{owner.server.session_cookie}={cookies[owner.server.session_cookie]}"
-    response = await caller.http.post(r1.forward_url + "/increment", headers=[(name.decode(), value.decode()), ("Cookie", cookie)])
+    cookie = session_cookie(owner, cookies)
+    response = await caller.http.post(
+        r1.forward_url + "/increment", headers=[credential(owner.server.secret, "/increment", r1.address, owner.server.worker_id, cookie), cookie]
+    )
     assert await response.json() == {"worker": owner.server.worker_id, "count": 2}
+
+
+@contextlib.contextmanager
+def wire_of(worker: Worker) -> Iterator[bytearray]:
+    """Every byte ``worker`` sends to other replicas' forwarding ports while the block runs (on connections it opens then)."""
+    wire = bytearray()
+    transport = worker.server.replicas
+    opened = transport.open_connection
+
+    async def recorded(address: str):
+        connection = await opened(address)
+        write = connection.write
+
+        async def record(data: bytes) -> None:
+            wire.extend(data)
+            await write(data)
+
+        connection.write = record
+        return connection
+
+    transport.open_connection = recorded
+    try:
+        yield wire
+    finally:
+        del transport.open_connection
+
+
+async def sent_to(url: str, request: bytes) -> int:
+    """The status a raw request to ``url`` gets."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        async with asyncio.timeout(30):
+            writer.write(request)
+            return (await read_reply(reader))[0]
+    finally:
+        writer.close()
+
+
+async def test_a_credential_read_off_the_wire_is_refused_with_another_body_or_another_sessions_cookie_of_the_same_worker():
+    async with replica_set(server_class=CounterServer) as ((r1, r2), caller):
+        owner, entry = r1.workers[0], r2.workers[0]
+        sessions = []
+        for _ in range(2):
+            response = await caller.post(owner, "/seed_session", json={"initial_count": 0})
+            sessions.append({key: morsel.value for key, morsel in response.cookies.items()})
+        assert {session(owner, cookies)[OWNER_KEY] for cookies in sessions} == {owner.server.worker_id}
+        mine, other = (session_cookie(owner, cookies)[1] for cookies in sessions)
+        with wire_of(entry) as wire:
+            response = await caller.post(entry, "/increment_counter", sessions[0], data=b'{"count": 1}', headers={"Content-Type": "application/json"})
+            assert response.status == 200, await response.text()
+        head, body = bytes(wire).split(b"\r\n\r\n", 1)
+        assert AUTH_HEADER.lower().encode() in head.lower() and body == b'{"count": 1}'
+        head += b"\r\n\r\n"
+        replays = {
+            "another body of the same length": head + b'{"count": 9}',
+            "another body": head.replace(b"content-length: 12", b"content-length: 15") + b'{"count": 1000}',
+            "another session's cookie": head.replace(mine.encode(), other.encode()) + body,
+        }
+        for what, replay in replays.items():
+            assert await sent_to(r1.forward_url, replay) == 401, what
+        # The genuine forward still works, and none of the replays counted.
+        response = await caller.post(entry, "/increment_counter", sessions[0], json={"count": 1})
+        assert response.status == 200, await response.text()
+        counts = [await (await caller.post(owner, "/get_counter_value", cookies, json={})).json() for cookies in sessions]
+        assert counts == [{"count": 2}, {"count": 0}]
+
+
+async def test_beyond_its_cap_of_connections_not_yet_authenticated_the_forwarding_port_closes_new_ones_and_replicas_still_forward(two_replicas):
+    (r1, r2), caller = two_replicas
+    cap = 3
+    for worker in r1.workers:
+        worker.server.replicas.doorkeeper.max_unauthenticated = cap
+    owner, entry = r1.workers[0], r2.workers[0]
+    cookies = await new_session(caller, owner)
+    assert await count_of(caller, entry, cookies) == 2  # a kept connection from the entry, authenticated by its first request
+    host, port = r1.forward_url.removeprefix("http://").rsplit(":", 1)
+    idle = [await asyncio.open_connection(host, int(port)) for _ in range(20)]
+    try:
+
+        async def held(reader: asyncio.StreamReader) -> bool:
+            """Open after a second (the header time limit is 10 s); else it was closed at once."""
+            try:
+                async with asyncio.timeout(1):
+                    await reader.read()
+            except TimeoutError:
+                return True
+            except ConnectionError:
+                pass
+            return False
+
+        held_open = await asyncio.gather(*(held(reader) for reader, _ in idle))
+        assert sum(held_open) <= cap * len(r1.workers)
+        assert await count_of(caller, entry, cookies) == 3
+    finally:
+        for _, writer in idle:
+            writer.close()
 
 
 async def test_a_request_a_frozen_replica_reads_late_is_served_while_its_peers_still_count_it_alive():
@@ -223,13 +332,11 @@ async def test_a_request_a_frozen_replica_reads_late_is_served_while_its_peers_s
     async with replica_set(peer_dead_after_seconds=40) as ((r1, _), caller):
         owner = r1.workers[0]
         cookies = await new_session(caller, owner)
-        credentials = ReplicaCredentials(owner.server.secret)
-        cookie = ("Cookie", f"{owner.server.session_cookie}={cookies[owner.server.session_cookie]}")
+        cookie = session_cookie(owner, cookies)
         worker = owner.server.worker_id
 
         def sent_ago(seconds: int) -> tuple[str, str]:
-            stamp = int(time.time()) - seconds
-            return AUTH_HEADER, f"{stamp} {worker} {credentials.mac(b'POST', b'/increment', r1.address, worker, stamp)}"
+            return credential(owner.server.secret, "/increment", r1.address, worker, cookie, stamp=int(time.time()) - seconds)
 
         response = await caller.http.post(r1.forward_url + "/increment", headers=[sent_ago(WINDOW_SECONDS + 20), cookie])
         assert await response.json() == {"worker": worker, "count": 2}
@@ -240,15 +347,13 @@ async def test_a_request_a_frozen_replica_reads_late_is_served_while_its_peers_s
 async def test_the_public_port_ignores_replica_credentials(two_replicas):
     (r1, r2), caller = two_replicas
     a1, a2 = r1.workers[0], r2.workers[0]
-    scope = {"method": "POST", "path": "/increment", "query_string": b""}
-    name, value = ReplicaCredentials(a1.server.secret).header(scope, r2.address, a2.server.worker_id)
-    credential = [(name.decode(), value.decode())]
+    cookies = await new_session(caller, a2)
+    given = [credential(a1.server.secret, "/increment", r2.address, a2.server.worker_id, session_cookie(a2, cookies))]
     # No session: a new one on the worker that took it, as for any request.
-    response = await caller.post(a1, "/increment", headers=credential)
+    response = await caller.post(a1, "/increment", headers=given)
     assert (await response.json())["worker"] == a1.server.worker_id
     # A session of the other replica: forwarded with this replica's own credential, the caller's dropped.
-    cookies = await new_session(caller, a2)
-    response = await caller.post(a1, "/increment", cookies, headers=credential)
+    response = await caller.post(a1, "/increment", cookies, headers=given)
     assert await response.json() == {"worker": a2.server.worker_id, "count": 2}
 
 
@@ -373,18 +478,28 @@ async def test_a_replica_that_answers_again_is_alive_again():
         assert forwarding not in transport.silent_since
 
 
-async def test_replica_credentials_are_refused_outside_their_window():
+async def test_replica_credentials_are_refused_outside_their_window_and_for_anything_they_were_not_made_for():
     credentials = ReplicaCredentials("x" * 40, window_seconds=10)
-    scope = {"method": "GET", "path": "/a", "query_string": b"b=1", "raw_path": b"/a"}
-    _, value = credentials.header(scope, "h:1", "d" * 16)
-    assert credentials.worker(value, scope, "h:1") == "d" * 16
-    assert credentials.worker(value, {**scope, "query_string": b"b=2"}, "h:1") is None
-    assert credentials.worker(value, {**scope, "method": "POST"}, "h:1") is None
-    assert ReplicaCredentials("y" * 40).worker(value, scope, "h:1") is None
-    stamp, worker, mac = value.decode().split()
-    assert credentials.worker(f"{stamp} {'e' * 16} {mac}".encode(), scope, "h:1") is None
-    late = credentials.mac(b"GET", b"/a?b=1", "h:1", worker, int(stamp) - 11)
-    assert credentials.worker(f"{int(stamp) - 11} {worker} {late}".encode(), scope, "h:1") is None
+    headers = [(b"cookie", b"s=1"), (b"x-other", b"a")]
+    _, value = credentials.header(b"GET", b"/a?b=1", "h:1", "d" * 16, headers, [b"bo", b"dy"])
+    digest = hashlib.sha256(b"body").hexdigest()
+    assert credentials.admit(value, b"GET", b"/a?b=1", "h:1", headers, 4) == ("d" * 16, digest)
+    # Headers that do not name the session are not covered; those that do are, in order.
+    assert credentials.admit(value, b"GET", b"/a?b=1", "h:1", [(b"cookie", b"s=1")], 4) == ("d" * 16, digest)
+    assert credentials.admit(value, b"GET", b"/a?b=2", "h:1", headers, 4) is None
+    assert credentials.admit(value, b"POST", b"/a?b=1", "h:1", headers, 4) is None
+    assert credentials.admit(value, b"GET", b"/a?b=1", "h:2", headers, 4) is None
+    assert credentials.admit(value, b"GET", b"/a?b=1", "h:1", headers, 5) is None
+    assert credentials.admit(value, b"GET", b"/a?b=1", "h:1", [(b"cookie", b"s=2")], 4) is None
+    assert credentials.admit(value, b"GET", b"/a?b=1", "h:1", [*headers, (TOKEN_HEADER.lower().encode(), b"t")], 4) is None
+    assert credentials.admit(value, b"GET", b"/a?b=1", "h:1", [(b"cookie", b"s=1"), (b"cookie", b"t=1")], 4) is None
+    assert ReplicaCredentials("y" * 40).admit(value, b"GET", b"/a?b=1", "h:1", headers, 4) is None
+    stamp, worker, _, mac = value.decode().split()
+    assert credentials.admit(f"{stamp} {'e' * 16} {digest} {mac}".encode(), b"GET", b"/a?b=1", "h:1", headers, 4) is None
+    other = hashlib.sha256(b"bodx").hexdigest()
+    assert credentials.admit(f"{stamp} {worker} {other} {mac}".encode(), b"GET", b"/a?b=1", "h:1", headers, 4) is None
+    _, late = credentials.header(b"GET", b"/a?b=1", "h:1", worker, headers, [b"body"], int(stamp) - 11)
+    assert credentials.admit(late, b"GET", b"/a?b=1", "h:1", headers, 4) is None
 
 
 
@@ -410,11 +525,10 @@ async def test_with_tls_between_replicas_forwards_cross_over_tls_and_plain_http_
         owner = r1.workers[0]
         cookies = await new_session(caller, owner)
         assert await count_of(caller, r2.workers[0], cookies) == 2
-        scope = {"method": "POST", "path": "/increment", "query_string": b""}
-        name, value = ReplicaCredentials(owner.server.secret).header(scope, r1.address, owner.server.worker_id)
-        cookie = f"{owner.server.session_cookie}={cookies[owner.server.session_cookie]}"
+        cookie = session_cookie(owner, cookies)
+        given = credential(owner.server.secret, "/increment", r1.address, owner.server.worker_id, cookie)
         with pytest.raises(aiohttp.ClientError):
-            await caller.http.post(r1.forward_url + "/increment", headers=[(name.decode(), value.decode()), ("Cookie", cookie)])
+            await caller.http.post(r1.forward_url + "/increment", headers=[given, cookie])
         assert await count_of(caller, r2.workers[1], cookies) == 3
 
 

@@ -1,0 +1,121 @@
+"""A replica's forwarding port and the forwarder that signs for it: two readers of one request must agree.
+
+The forwarder (``Exchange``, with a replica's signer) writes a request and its credential; a real uvicorn
+with the forwarding port's protocol (``ReplicaPortProtocol``) and guard (``BodyChecked``) parses it and
+checks the credential against what it read. Whatever session headers and body a caller's request
+brings, in however many pieces, the port must admit the forward as written, and refuse it when the
+credential was made for other session headers or another body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import uvicorn
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nemo_gym.config import free_port
+from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.routing.exchange import Exchange
+from nemo_gym.routing.transport.connection import OwnerConnection
+from nemo_gym.routing.transport.credentials import ReplicaCredentials
+from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY, BodyChecked, Doorkeeper, ReplicaPortProtocol
+from nemo_gym.sessions.token import TOKEN_HEADER_KEY
+
+REPLICA = "127.0.0.1:1"
+WORKER = "0123456789abcdef"
+CREDENTIALS = ReplicaCredentials("s" * 40)
+START_TIMEOUT_SECONDS = 10
+
+
+async def echo(scope, receive, send) -> None:
+    """What the app got: the worker the credential named, and the body."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            break
+    reply = json.dumps({"worker": scope[REPLICA_WORKER_SCOPE_KEY], "body": body.decode("latin-1")}).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(reply))]})
+    await send({"type": "http.response.body", "body": reply})
+
+
+@pytest.fixture(scope="module")
+def port() -> Iterator[int]:
+    """A forwarding port (its protocol and guard) in front of ``echo``, in a thread of its own."""
+    port = free_port()
+    protocol = functools.partial(ReplicaPortProtocol, doorkeeper=Doorkeeper(CREDENTIALS, REPLICA), limits=InputLimits().for_replicas())
+    config = uvicorn.Config(BodyChecked(echo), host="127.0.0.1", port=port, lifespan="off", log_level="warning", http=protocol)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        assert server.started
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(START_TIMEOUT_SECONDS)
+
+
+# Header values as a public port hands them on: no surrounding whitespace, no control characters.
+values = st.text(st.characters(codec="latin-1", exclude_categories=("Cc",)), min_size=1, max_size=60).map(str.strip).filter(bool)
+session_headers = st.lists(st.tuples(st.sampled_from([b"cookie", TOKEN_HEADER_KEY]), values.map(lambda value: value.encode("latin-1"))), max_size=3)
+bodies = st.lists(st.binary(max_size=2000), min_size=1, max_size=4)
+
+
+async def forwarded(port: int, headers: list[tuple[bytes, bytes]], pieces: list[bytes], sign) -> tuple[int, dict]:
+    """The status and reply of a POST with ``headers`` and a body in ``pieces``, forwarded to the port signed by ``sign``."""
+    scope = {"type": "http", "method": "POST", "path": "/a b", "raw_path": b"/a%20b", "query_string": b"q=1", "client": ("10.0.0.9", 5)}
+    scope["headers"] = [*headers, (b"content-length", b"%d" % sum(map(len, pieces)))]
+    messages = [{"type": "http.request", "body": piece, "more_body": index < len(pieces) - 1} for index, piece in enumerate(pieces)]
+    sent = []
+
+    async def receive():
+        if messages:
+            return messages.pop(0)
+        await asyncio.sleep(3600)
+
+    async def send(message):
+        sent.append(message)
+
+    _, connection = await asyncio.get_running_loop().create_connection(OwnerConnection, "127.0.0.1", port)
+    try:
+        async with asyncio.timeout(30):
+            exchange = Exchange(scope, receive, send, sign)
+            await exchange.run(lambda body: exchange.relay(connection, body))
+    finally:
+        connection.close()
+    body = b"".join(message.get("body", b"") for message in sent[1:])
+    return sent[0]["status"], json.loads(body)
+
+
+def signer(headers_for=lambda headers: headers, body_for=lambda body: body):
+    """The replica's signer, made for the headers and body these give instead of those sent."""
+
+    def sign(scope, headers, body):
+        return CREDENTIALS.header(b"POST", b"/a%20b?q=1", REPLICA, WORKER, headers_for(headers), body_for(body))
+
+    return sign
+
+
+@settings(max_examples=60, deadline=None)
+@given(headers=session_headers, pieces=bodies)
+def test_the_forwarding_port_admits_a_forward_as_signed_and_refuses_one_signed_for_other_session_headers_or_another_body(port, headers, pieces):
+    status, reply = asyncio.run(forwarded(port, headers, pieces, signer()))
+    assert (status, reply) == (200, {"worker": WORKER, "body": b"".join(pieces).decode("latin-1")})
+    another_session = signer(headers_for=lambda sent: [*sent, (b"cookie", b"s=other")])
+    assert asyncio.run(forwarded(port, headers, pieces, another_session))[0] == 401
+    whole = b"".join(pieces)
+    same_length = bytes([whole[0] ^ 1]) + whole[1:] if whole else b"x"
+    assert asyncio.run(forwarded(port, headers, pieces, signer(body_for=lambda body: [same_length])))[0] == 401
