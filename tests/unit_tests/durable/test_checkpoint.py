@@ -156,6 +156,32 @@ def test_a_request_whose_body_ends_during_a_pause_gets_503_and_is_never_served(t
     assert sent[0]["status"] == 503
 
 
+def test_a_request_whose_caller_leaves_before_its_body_is_whole_is_never_served_nor_held_in_flight(tmp_path):
+    pauser, receiving = Gate(str(tmp_path)), Gate(str(tmp_path))
+    sent, chunks = [], asyncio.Queue()
+
+    async def reached(scope, receive, send) -> None:
+        raise AssertionError("served without its body")
+
+    async def scenario() -> bool:
+        await chunks.put(chunk(b"a", True))
+        await chunks.put({"type": "http.disconnect"})
+        await asyncio.wait_for(CheckpointGate(reached, receiving)(*body_request(chunks, sent)), 5)
+        return await asyncio.wait_for(pauser.pause(60, 0.1), 5)
+
+    assert (asyncio.run(scenario()), sent, receiving.in_flight) == (True, [], [0, 0])
+
+
+def test_a_drain_without_a_valid_credential_gets_401_and_moves_no_request(tmp_path):
+    gate = Gate(str(tmp_path))
+    admin = CheckpointAdmin(served, gate, INSTANCE, SECRET, str(tmp_path / "store.sqlite3"))
+    forged = signed(ADMIN_PREFIX + "drain", secret="another-secret-of-another-replica-set-0123")
+    reply = asyncio.run(call(admin, "POST", ADMIN_PREFIX + "drain", forged))
+    assert (reply.status_code, gate.generation()) == (401, 0)
+    assert asyncio.run(call(admin, "POST", ADMIN_PREFIX + "drain", signed(ADMIN_PREFIX + "drain"))).json() == {"drained": True}
+    assert gate.generation() == 1
+
+
 def test_a_checkpoint_beside_a_request_that_does_not_finish_fails_having_refused_no_request(tmp_path):
     """The drain waits for the requests in flight while the host still serves; it gives up after
     ``--drain-seconds`` and nothing was refused: no 503 at all, however long the drain time."""
