@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from nemo_gym.durable.checkpoint import ADMIN_PREFIX, DEFAULT_DRAIN_SECONDS, DEFAULT_PAUSE_SECONDS, admin_credentials, admin_header, merged
+from nemo_gym.durable.checkpoint import ADMIN_PREFIX, DEFAULT_DRAIN_SECONDS, DEFAULT_HOLD_SECONDS, DEFAULT_PAUSE_SECONDS, admin_credentials, admin_header, merged
 from nemo_gym.durable.store import open_store
 from nemo_gym.durable.transfer import export_sessions, restore_sessions, write_sessions
 from nemo_gym.sessions.secret import read as read_secret, state_dir
@@ -19,7 +19,7 @@ CHECKPOINT_REQUEST_SLACK_SECONDS = 10
 
 
 class CheckpointFailed(RuntimeError):
-    """A replica did not pause or export; every replica was resumed and no file written."""
+    """A replica did not drain, pause or export; every replica was resumed and no file written."""
 
 
 def export(args: argparse.Namespace) -> int:
@@ -44,12 +44,14 @@ def restore(args: argparse.Namespace) -> int:
 
 
 async def take_checkpoint(args: argparse.Namespace) -> tuple[int, float]:
-    """Pause every replica (each returns once its requests in flight are done), export each, write the file
-    whole, and resume every replica, whatever happened; returns the sessions written and the seconds paused."""
+    """Drain every replica (each returns once its requests in flight are done, serving meanwhile), pause
+    every replica (each refuses new requests and returns once those admitted since are done), export each,
+    write the file whole, and resume every replica, whatever happened; returns the sessions written and the
+    seconds from the first pause to the end."""
     secret = read_secret(Path(args.secret_file) if args.secret_file else state_dir() / "secrets" / args.instance)
     credentials = admin_credentials(secret)
     urls = [url.rstrip("/") for url in args.url]
-    timeout = aiohttp.ClientTimeout(total=args.drain_seconds + CHECKPOINT_REQUEST_SLACK_SECONDS)
+    timeout = aiohttp.ClientTimeout(total=max(args.drain_seconds, args.hold_seconds) + CHECKPOINT_REQUEST_SLACK_SECONDS)
     async with aiohttp.ClientSession(timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()) as http:
 
         async def call(url: str, action: str, query: dict | None = None) -> dict:
@@ -64,9 +66,10 @@ async def take_checkpoint(args: argparse.Namespace) -> tuple[int, float]:
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as error:
                 raise CheckpointFailed(f"{url} did not answer {action}: {error!r}") from None
 
-        began = time.monotonic()
         try:
-            pause = {"seconds": args.pause_seconds, "drain_seconds": args.drain_seconds}
+            await asyncio.gather(*(call(url, "drain", {"seconds": args.drain_seconds}) for url in urls))
+            began = time.monotonic()
+            pause = {"seconds": args.pause_seconds, "hold_seconds": args.hold_seconds}
             await asyncio.gather(*(call(url, "pause", pause) for url in urls))
             exports = await asyncio.gather(*(call(url, "export") for url in urls))
             count = write_sessions(merged([export["sessions"] for export in exports]), args.instance, Path(args.output))
@@ -104,5 +107,8 @@ def add_commands(groups: argparse._SubParsersAction) -> None:
     point.add_argument("--output", required=True, help="file to write, as `gym sessions export` does")
     point.add_argument("--secret-file", help="file holding the instance's session_secret (default: its file in NEMO_GYM_STATE_DIR/secrets/)")
     point.add_argument("--pause-seconds", type=float, default=DEFAULT_PAUSE_SECONDS, help="a pause ends by itself this long after it began (if this command dies)")
-    point.add_argument("--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS, help="how long each replica waits for its requests in flight")
+    drain_help = "how long each replica waits for the requests in flight when the checkpoint begins, serving meanwhile"
+    point.add_argument("--drain-seconds", type=float, default=DEFAULT_DRAIN_SECONDS, help=drain_help)
+    hold_help = "how long each paused replica waits for the requests admitted since, refusing new ones (503) meanwhile"
+    point.add_argument("--hold-seconds", type=float, default=DEFAULT_HOLD_SECONDS, help=hold_help)
     point.set_defaults(handler=checkpoint)
