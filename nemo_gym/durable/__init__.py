@@ -5,6 +5,7 @@
 - ``postgresql_store``: the PostgreSQL database that the workers of every replica, on any host, share.
 - ``lease``: owner leases in a shared store: who may adopt a session of another host's worker, and fencing.
 - ``states``: how a server declares its per-session state (``SessionStates``, or its own export/restore).
+- ``applied``: the requests that changed a session, remembered in its row with its state (never applied twice).
 - ``keeper``: one worker's side: write a session's state when it changed, take over a dead owner's.
 - ``write_through``: the middleware that writes each changed session before the reply starts.
 - ``adoption``: what the router does when a session's owner is dead: adopt it from the store, or 410.

@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+from nemo_gym.durable.applied import WINDOW, Applied, unwrap, wrap
 from nemo_gym.durable.lease import LeaseHolder, LeaseStore, OwnerLease
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import SessionStore, SessionTaken, StoredSession, StoreUnavailable
@@ -30,6 +31,9 @@ class DurableSessions:
     lapses, ``epoch`` goes up and every session held is dropped from memory; a group gathered in an
     earlier epoch is refused unwritten (its sessions count as taken).
 
+    A row holds, with the state, the requests that changed it last (``applied``): ``applied`` here is each
+    held session's window as of its latest gathered row, ``reply`` finds a request in it.
+
     A row's write time is its session's last use (its ``expires_at`` is that plus the cookie's max age): a
     request that changes nothing writes the same state again once ``refresh_seconds`` have passed since
     the last write (None: never), so a worker that adopts the session, or sweeps a dead worker's, sees
@@ -46,7 +50,10 @@ class DurableSessions:
         self.gathered_epoch = 0
         self.refresh_seconds = refresh_seconds
         self.on_taken: Callable[[str], None] | None = None
+        # What the store holds of each held session: its row's text (state and applied requests).
         self.written: dict[str, str] = {}
+        # The requests each held session remembers (``durable.applied``), with its latest gathered row.
+        self.applied: dict[str, list[Applied]] = {}
         # When each held row was last written (time.monotonic()).
         self.written_at: dict[str, float] = {}
         # The tombstones of sessions ended here and not yet committed.
@@ -60,15 +67,20 @@ class DurableSessions:
         """Whether the store has this worker as the session's owner."""
         return session_id in self.written
 
-    async def save(self, session_ids: list[str]) -> None:
+    async def save(self, session_ids: list[str], applied: Applied | None = None) -> None:
         """Write the states that changed (a state the server dropped deletes the row); returns once they,
-        and any earlier write of the same state, are committed. Raises ``SessionTaken`` for a session
-        another worker owns in the store, ``StoreUnavailable`` if the write could not commit (the
+        and any earlier write of the same state, are committed. ``applied``: the request that made the
+        change, remembered with the state of each session it changed. Raises ``SessionTaken`` for a
+        session another worker owns in the store, ``StoreUnavailable`` if the write could not commit (the
         sessions are then as the store holds them)."""
         waits = set()
         for session_id in session_ids:
-            state = self.ending.get(session_id) or self.states.export(session_id)
+            state = self.row(session_id)
             pending = self.pending.get(session_id)
+            if applied is not None and session_id not in self.ending and state is not None:
+                if state != (pending[0] if pending is not None else self.written.get(session_id)):
+                    self.applied[session_id] = [*self.applied.get(session_id, ()), applied][-WINDOW:]
+                    state = self.row(session_id)
             if pending is not None and pending[0] == state:
                 waits.add(pending[1])
             elif pending is not None or state != self.written.get(session_id) or self.stale(session_id, state):
@@ -77,6 +89,29 @@ class DurableSessions:
             taken = await asyncio.shield(group)
             if taken & set(session_ids):
                 raise SessionTaken(f"a session of {sorted(session_ids)} belongs to another worker in the store {self.store.location}")
+
+    def row(self, session_id: str) -> str | None:
+        """What the session's row should hold now: its tombstone, or its state with the requests it remembers."""
+        if session_id in self.ending:
+            return self.ending[session_id]
+        state = self.states.export(session_id)
+        return None if state is None else wrap(state, self.applied.get(session_id, []))
+
+    def reply(self, session_id: str, request_id: str) -> Applied | None:
+        """The reply of the request ``request_id`` if it changed this held session already."""
+        for applied in self.applied.get(session_id, ()):
+            if applied.request_id == request_id:
+                return applied
+        return None
+
+    def hold(self, session_id: str, row: str | None) -> None:
+        """Hold the session, in memory, as ``row`` has it (None: not at all)."""
+        if row is None:
+            self.states.end(session_id)
+            self.applied.pop(session_id, None)
+            return
+        state, self.applied[session_id] = unwrap(row)
+        self.states.restore(session_id, state)
 
     def stale(self, session_id: str, state: str | None) -> bool:
         """A held row whose last write is older than ``refresh_seconds``: it is written again, as a use."""
@@ -137,16 +172,13 @@ class DurableSessions:
             del self.pending[session_id]
             if session_id in self.ending and self.ending[session_id] == group[session_id]:
                 continue  # an end's tombstone: the state is gone already, the tombstone is written with the next save
-            stored = self.written.get(session_id)
-            if stored is None:
-                self.states.end(session_id)
-            else:
-                self.states.restore(session_id, stored)
+            self.hold(session_id, self.written.get(session_id))
 
     def end(self, session_id: str, detail: str | None = None) -> None:
         """The session is over: its state goes from memory, and from the store with the next ``save`` of it, which
         leaves a tombstone with ``detail`` in its row (None: only this worker's copy goes; the row is left)."""
         self.states.end(session_id)
+        self.applied.pop(session_id, None)
         if detail is None:
             self.written.pop(session_id, None)
             self.written_at.pop(session_id, None)
@@ -156,6 +188,7 @@ class DurableSessions:
     def drop(self, session_id: str) -> None:
         """Another worker owns the session in the store now: this worker's copy of it goes from memory."""
         self.states.end(session_id)
+        self.applied.pop(session_id, None)
         self.written.pop(session_id, None)
         self.written_at.pop(session_id, None)
 
@@ -173,11 +206,7 @@ class DurableSessions:
     def revert(self, session_ids: list[str]) -> None:
         """A request refused unwritten: its sessions go back, in memory, to what the store holds."""
         for session_id in session_ids:
-            stored = self.written.get(session_id)
-            if stored is None:
-                self.states.end(session_id)
-            else:
-                self.states.restore(session_id, stored)
+            self.hold(session_id, self.written.get(session_id))
 
     async def ensure_lease(self) -> None:
         """Return once this worker may serve the sessions it holds; raises ``StoreUnavailable``."""
@@ -222,7 +251,7 @@ class DurableSessions:
         lease is live."""
         if not await self.store.claim(session, self.owner, owner_dead):
             return False
-        self.states.restore(session.session_id, session.state)
+        self.hold(session.session_id, session.state)
         self.written[session.session_id] = session.state
         self.written_at[session.session_id] = time.monotonic()
         METERS.sessions_adopted.inc()

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 from itsdangerous import URLSafeSerializer
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
+from nemo_gym.durable.applied import KEPT_BODY_BYTES, Applied, kept_headers
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.lease import LeaseHolder
 from nemo_gym.durable.store import SessionTaken, StoreUnavailable
 from nemo_gym.routing.lost import RETRY_AFTER_SECONDS, retry_later
 from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY
+from nemo_gym.routing.request_id import ID_HEADER_NAME, MAX_ID_LENGTH, request_id, valid_id
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
 from nemo_gym.sessions.token import is_mcp_path, token_session_id
 
 
+# On a reply sent again for a request applied already (as Stripe's API names it).
+REPLAYED_HEADER = "Idempotent-Replayed"
 # ``GET /``: whether this worker serves, whatever the store is doing (README, "Durable sessions").
 LIVENESS_PATH = "/"
 
@@ -36,6 +40,21 @@ def store_unavailable(error: StoreUnavailable) -> JSONResponse:
         headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         content={"detail": f"This request changed the session, and the change could not be stored: {outcome}. Retry later."},
     )
+
+
+def replayed(applied: Applied) -> Response:
+    """The reply of a request its session applied already, sent again in place of running it a second time."""
+    if applied.body is None:
+        detail = f"This request ({ID_HEADER_NAME} {applied.request_id}) was applied already; its reply was too large to keep."
+        return JSONResponse(status_code=applied.status, content={"detail": detail}, headers={REPLAYED_HEADER: "true"})
+    headers = {name: value for name, value in applied.headers if name.lower() != "content-type"}
+    media_type = next((value for name, value in applied.headers if name.lower() == "content-type"), None)
+    return Response(applied.body, status_code=applied.status, headers={**headers, REPLAYED_HEADER: "true"}, media_type=media_type)
+
+
+def in_flight(request: str) -> JSONResponse:
+    detail = f"A request with {ID_HEADER_NAME} {request} is being served now; retry it once that one is answered."
+    return JSONResponse(status_code=409, content={"detail": detail}, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 def lease_not_renewed() -> JSONResponse:
@@ -93,11 +112,18 @@ class WriteThrough:
         self.replica = replica or {}
         self.sessions = sessions
         self.tokens = tokens
+        # The requests being served now, by session and request id: a repeat meanwhile waits its turn (409).
+        self.serving: set[tuple[str, str]] = set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] == LIVENESS_PATH:
             # A balancer's health check is answered by the worker alone, never waiting on the store.
             await self.app(scope, receive, send)
+            return
+        written_id = request_id(scope["headers"])
+        if written_id is not None and not valid_id(written_id):
+            detail = f"An {ID_HEADER_NAME} header must be 1 to {MAX_ID_LENGTH} printable ASCII characters, without spaces."
+            await JSONResponse(status_code=400, content={"detail": detail})(scope, receive, send)
             return
         session = scope["session"]
         session_id = session[SESSION_ID_KEY]
@@ -120,39 +146,87 @@ class WriteThrough:
             session[OWNER_KEY] = self.sessions.owner
             session.update(self.replica)  # taken up from another replica's worker: the cookie names this replica now
         token_session = token_session_id(scope, self.tokens) if is_mcp_path(scope["path"]) else None
+        if written_id is None:
+            await self.app(scope, receive, self.writing(scope, receive, send, session, session_id, token_session, epoch, None))
+            return
+        request = written_id.decode()
+        for named in (session_id, token_session):
+            if named is not None and (applied := self.sessions.reply(named, request)) is not None:
+                await replayed(applied)(scope, receive, send)
+                return
+        if (session_id, request) in self.serving:
+            await in_flight(request)(scope, receive, send)
+            return
+        self.serving.add((session_id, request))
+        try:
+            await self.app(scope, receive, self.writing(scope, receive, send, session, session_id, token_session, epoch, request))
+        finally:
+            self.serving.discard((session_id, request))
 
+    def writing(self, scope: Scope, receive: Receive, send: Send, session: dict, session_id: str, token_session: str | None, epoch: int, request: str | None) -> Send:
+        """The app's ``send``: before the reply goes out, its sessions' changed states are committed. With a
+        request id, the reply is held until its body is whole (or over ``KEPT_BODY_BYTES``), so that it is
+        committed with the states it answers."""
         refused = False
+        start: Message | None = None
+        body: list[bytes] = []
+        size = 0
+
+        async def committed(reply: Applied | None) -> bool:
+            """Whether the request's changes are stored; if not, its refusal is sent in place of the reply."""
+            nonlocal refused
+            # Read again: the lifecycle gives a seed of an ended session a new id (the MCP endpoint clears a new session).
+            current = session.get(SESSION_ID_KEY, session_id)
+            touched = [current] if token_session is None else [current, token_session]
+            if self.sessions.epoch != epoch:
+                refused = True
+                self.sessions.revert(touched)
+                await (await self.moved(session, session_id))(scope, receive, send)
+                return False
+            try:
+                await self.sessions.save(touched, reply)
+            except StoreUnavailable as error:
+                refused = True
+                await store_unavailable(error)(scope, receive, send)
+                return False
+            except SessionTaken:
+                if self.sessions.lease is None:
+                    raise
+                refused = True
+                for touched_id in touched:
+                    self.sessions.drop(touched_id)
+                await (await self.moved(session, session_id))(scope, receive, send)
+                return False
+            return True
 
         async def send_after_writing(message: Message) -> None:
-            nonlocal refused
+            nonlocal start, size
             if refused:
                 return  # the app's reply, in place of which the 503 went
+            if request is None:
+                if message["type"] == "http.response.start" and not await committed(None):
+                    return
+                await send(message)
+                return
             if message["type"] == "http.response.start":
-                # Read again: the lifecycle gives a seed of an ended session a new id (the MCP endpoint clears a new session).
-                current = session.get(SESSION_ID_KEY, session_id)
-                touched = [current] if token_session is None else [current, token_session]
-                if self.sessions.epoch != epoch:
-                    refused = True
-                    self.sessions.revert(touched)
-                    await (await self.moved(session, session_id))(scope, receive, send)
-                    return
-                try:
-                    await self.sessions.save(touched)
-                except StoreUnavailable as error:
-                    refused = True
-                    await store_unavailable(error)(scope, receive, send)
-                    return
-                except SessionTaken:
-                    if self.sessions.lease is None:
-                        raise
-                    refused = True
-                    for touched_id in touched:
-                        self.sessions.drop(touched_id)
-                    await (await self.moved(session, session_id))(scope, receive, send)
-                    return
-            await send(message)
+                start = message
+                return
+            if start is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            body.append(message.get("body", b""))
+            size += len(body[-1])
+            more = message.get("more_body", False)
+            if more and size <= KEPT_BODY_BYTES:
+                return
+            whole = None if more or size > KEPT_BODY_BYTES else b"".join(body)
+            if not await committed(Applied(request, start["status"], kept_headers(start.get("headers", [])), whole)):
+                return
+            await send(start)
+            await send({"type": "http.response.body", "body": b"".join(body), "more_body": more})
+            start = None
 
-        await self.app(scope, receive, send_after_writing)
+        return send_after_writing
 
     async def moved(self, session: dict, session_id: str) -> JSONResponse:
         """The reply for a request this worker may not acknowledge (its lease lapsed, or the store's row is

@@ -6,6 +6,8 @@ A request crosses these modules top to bottom, and none of them imports ``nemo_g
   ``placement`` says, forward to the owner, or refuse (400); and, when the owner cannot be reached,
   answers for a busy one (503) and does what the lost-session policy says for a dead one.
 - ``owner``: reading the owner worker out of a signed session cookie or MCP session token, once.
+- ``request_id``: the id (``Idempotency-Key``) a request that may change a session carries on every hop,
+  the client's or one the router assigns.
 - ``worker``: who this worker is (its random ID) and the names every worker's sessions carry.
 - ``replica``: which replica of a replica set (the same server on several hosts) owns a session.
 - ``placement``: where a new session starts (the worker that has started the fewest).

@@ -23,6 +23,7 @@ from nemo_gym.routing.lost import Decision, ForwardTo, LostSessionPolicy, Reply,
 from nemo_gym.routing.owner import AmbiguousSession, OwnerReader, owner_of
 from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.replica import forward_address, owner_label, replica_of
+from nemo_gym.routing.request_id import assign
 from nemo_gym.routing.transport.credentials import AUTH_HEADER_KEY, request_target
 from nemo_gym.routing.transport.private_server import CLIENT_HEADER
 from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY, TcpTransport
@@ -65,6 +66,7 @@ class SessionRouter:
             if name == CLIENT_HEADER:
                 scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER]
                 break
+        assign(scope)
         try:
             session = self.owners.named_session(scope)
         except AmbiguousSession as error:

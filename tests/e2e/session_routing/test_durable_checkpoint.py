@@ -24,6 +24,7 @@ import pytest
 
 from nemo_gym.cli.main import build_parser
 from nemo_gym.client.reading import cookie_header
+from nemo_gym.durable.applied import unwrap
 from nemo_gym.process.launcher import Launcher
 from tests.e2e.session_routing.test_counter_routing import seed_all
 from tests.e2e.session_routing.test_durable_sessions import COUNTER, EPISODES, SECRET, counter_config, launch, session_id_of
@@ -100,7 +101,7 @@ def test_a_checkpoint_of_a_four_worker_run_loses_no_acknowledged_write_and_resto
     assert [step for session in steps for step in session if step[2] == 503 and step[3] is None] == []
     refused_outside = [step for session in steps for step in session if step[2] == 503 and not (start <= step[1] and step[0] <= end)]
     assert refused_outside == [], "only requests during the checkpoint were refused"
-    saved = {row["session_id"]: json.loads(row["state"]) for row in json.loads(output.read_text())["sessions"]}
+    saved = {row["session_id"]: json.loads(unwrap(row["state"])[0]) for row in json.loads(output.read_text())["sessions"]}
     wrong = []
     for number, (jar, session, (status, _, body)) in enumerate(zip(jars, steps, counts)):
         acked = [step for step in session if step[2] == 200]

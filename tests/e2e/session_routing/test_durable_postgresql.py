@@ -17,11 +17,13 @@ import os
 import signal
 import time
 import urllib.request
+import uuid
 from urllib.parse import quote
 from collections import Counter
 from collections.abc import Iterator
 
 import aiohttp
+import psycopg
 import pytest
 
 from nemo_gym import config as gym_config
@@ -30,7 +32,7 @@ from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.e2e.session_routing.test_durable_sessions import COUNTER, EPISODES, SECRET, add, all_score, counter_config, kill, seed, verify
 from tests.hostile_passwords import libpq_raw, pieces_shown
 from tests.postgres import Postgres, postgres_or_skip
-from tests.session_cookies import cookie_owner
+from tests.session_cookies import cookie_owner, session_of
 
 # Every character a URL gives a meaning to, written raw where libpq takes it raw: no output may show it,
 # whole or in pieces.
@@ -299,3 +301,64 @@ def test_a_worker_frozen_past_its_lease_loses_its_sessions_to_the_adopters_and_i
     assert frozen not in owners_after[1:], "the adopters' replies name themselves"
     assert (stale_status, stale_headers.get("Retry-After")) == (503, "1") and adopter not in (None, frozen), (stale_status, adopter)
     assert again_status == 200 and None not in counts  # each read equals that session's acknowledged increments
+
+
+async def connection_to_a_worker_other_than(url: str, owner: str) -> aiohttp.ClientSession:
+    """A client whose one kept-alive connection was accepted by a worker that is not ``owner``."""
+    for _ in range(MAX_ROUNDS):
+        http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1), cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS))
+        async with http.get(f"{url}/") as reply:
+            if reply.headers["X-NeMo-Gym-Worker"] != owner:
+                return http
+        await http.close()
+    raise AssertionError(f"every connection reached {owner}")
+
+
+def test_a_forward_replayed_to_the_adopter_after_its_frozen_owner_committed_it_is_applied_once(counter, postgres):
+    """The owner commits a forwarded increment and freezes before it replies (the test holds the row's lock,
+    so the commit waits in PostgreSQL: the owner is SIGSTOPped there, then the lock is let go). The forward
+    is given up once the owner's lease expired and replayed to the adopter: the row holds its id, so the
+    adopter answers with the owner's reply and does not add it again."""
+    url = counter.instances[COUNTER].url
+    key = f"frozen-after-commit-{uuid.uuid4()}"
+
+    async def scenario() -> tuple[int, str | None, int, int]:
+        session = (await seeded(url, 1))[0]
+        owner, session_id = session.named, session_of(SECRET, session.jar[f"{COUNTER}_session"])["session_id"]
+        http = await connection_to_a_worker_other_than(url, owner)
+        pid = worker_pid(counter, owner)
+        lock = await psycopg.AsyncConnection.connect(postgres.dsn())
+        try:
+            await lock.execute("SELECT 1 FROM nemo_gym_sessions WHERE instance = %s AND session_id = %s FOR UPDATE", (COUNTER, session_id))
+            increment = asyncio.ensure_future(http.post(f"{url}/increment_counter", json={"count": 1}, cookies=session.jar, headers={"Idempotency-Key": key}))
+            watch = await psycopg.AsyncConnection.connect(postgres.dsn(), autocommit=True)
+            for _ in range(MAX_ROUNDS * 10):
+                cursor = await watch.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name = 'nemo_gym'")
+                if (await cursor.fetchone())[0]:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the owner's commit never waited on the row")
+            os.kill(pid, signal.SIGSTOP)
+            await lock.commit()
+            for _ in range(MAX_ROUNDS * 10):
+                cursor = await watch.execute("SELECT state FROM nemo_gym_sessions WHERE instance = %s AND session_id = %s", (COUNTER, session_id))
+                if key in (await cursor.fetchone())[0]:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the frozen owner's commit did not go through")
+            await watch.close()
+            async with await increment as reply:
+                status, replayed = reply.status, reply.headers.get("Idempotent-Replayed")
+                session.jar.update({name: morsel.value for name, morsel in reply.cookies.items()})
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            await lock.close()
+            await http.close()
+        async with fresh_connections() as reader:
+            _, _, body = await session.post(reader, url, "/get_counter_value", {})
+        return status, replayed, session.count, body["count"]
+
+    status, replayed, start, count = asyncio.run(scenario())
+    assert (status, replayed) == (200, "true") and count == start + 1, (status, replayed, start, count)

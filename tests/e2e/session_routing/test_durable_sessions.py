@@ -21,6 +21,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from nemo_gym import config as gym_config
 from nemo_gym.client.reading import ReadingClient
+from nemo_gym.durable.applied import unwrap
 from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.openai_utils import new_response
 from nemo_gym.process.launcher import Launcher
@@ -44,9 +45,10 @@ def launch(config: dict, state_dir: Path) -> Launcher:
 
 
 def rows(state_dir: Path) -> dict[str, tuple[str, int, str]]:
-    """The store's rows as the workers left them: session id -> (owner, revision, state)."""
+    """The store's rows as the workers left them: session id -> (owner, revision, state), the state without
+    the requests its row remembers (``nemo_gym.durable.applied``)."""
     with sqlite3.connect(state_dir / "sessions" / f"{COUNTER}.sqlite3") as db:
-        return {row[0]: row[1:] for row in db.execute("SELECT session_id, owner, revision, state FROM sessions")}
+        return {row[0]: (row[1], row[2], unwrap(row[3])[0]) for row in db.execute("SELECT session_id, owner, revision, state FROM sessions")}
 
 
 def session_id_of(jar: dict[str, str]) -> str:

@@ -259,7 +259,8 @@ async def test_an_owner_that_resets_a_request_and_frees_its_life_name_a_moment_l
 async def test_method_path_query_and_headers_arrive_unchanged(pair):
     a, b, caller = pair
     cookies = await new_session(caller, a)
-    headers = {"X-Custom": "kept as is", "Authorization": "Bearer t0ken", "Content-Type": "text/plain"}
+    # The client's own request id: passed on as is (without one, each request gets an id of its own).
+    headers = {"X-Custom": "kept as is", "Authorization": "Bearer t0ken", "Content-Type": "text/plain", "Idempotency-Key": "client-key-1"}
     direct = await (await caller.http.put(f"{a.url}/echo/some%20path/x?b=2&a=1&a=%2F", data="body!", headers={**headers, "Cookie": f"{a.server.session_cookie}={cookies[a.server.session_cookie]}"})).json()
     forwarded = await (await caller.http.put(f"{b.url}/echo/some%20path/x?b=2&a=1&a=%2F", data="body!", headers={**headers, "Cookie": f"{a.server.session_cookie}={cookies[a.server.session_cookie]}"})).json()
     assert forwarded["worker"] == a.server.worker_id

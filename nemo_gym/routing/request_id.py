@@ -1,0 +1,37 @@
+"""Request ids: what names a request that may change a session, on every hop and every retry of it.
+
+``Idempotency-Key`` (the IETF draft's header) is the client's own, or, on a request that may change
+state and carries none, one the first worker that receives it assigns (``assign``): a forward, or a
+replay to an adopter, passes it on with the rest of the head. A durable server remembers the ids of
+the requests that changed a session with its state (``nemo_gym.durable.applied``).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from starlette.types import Scope
+
+ID_HEADER_NAME = "Idempotency-Key"
+ID_HEADER = ID_HEADER_NAME.lower().encode()
+# A request id: printable ASCII without spaces, at most this long (the draft's keys are UUIDs or the like).
+MAX_ID_LENGTH = 255
+# Methods that change nothing: their requests get no id.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def request_id(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    for name, value in headers:
+        if name == ID_HEADER:
+            return value
+    return None
+
+
+def valid_id(value: bytes) -> bool:
+    return 0 < len(value) <= MAX_ID_LENGTH and all(0x21 <= byte <= 0x7E for byte in value)
+
+
+def assign(scope: Scope) -> None:
+    """Give a request that may change state and carries no id one of its own."""
+    if scope["method"] not in SAFE_METHODS and request_id(scope["headers"]) is None:
+        scope["headers"] = [*scope["headers"], (ID_HEADER, uuid.uuid4().hex.encode())]

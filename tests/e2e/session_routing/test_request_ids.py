@@ -1,0 +1,126 @@
+"""Request ids end to end: a request sent again with its ``Idempotency-Key`` is applied once and gets its
+original reply, on any worker, after its owner was SIGKILLed, after a restart and after export/restore
+(the counter at 4 workers with its SQLite store; ``requests`` and ``httpx`` as the clients)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+import requests
+
+from nemo_gym.process.launcher import Launcher
+from tests.e2e.session_routing.test_durable_sessions import COUNTER, SECRET, counter_config, kill, launch
+from tests.session_cookies import cookie_owner
+
+SESSIONS = 24
+TIMEOUT_SECONDS = 60
+
+
+class Episode:
+    """One session driven with ``requests``, a new connection per request; its increments by request id."""
+
+    def __init__(self, url: str, start: int) -> None:
+        self.url = url
+        self.cookies: dict[str, str] = {}
+        reply = self.post("/seed_session", {"initial_count": start})
+        assert reply.status_code == 200, reply.text
+        self.start = start
+        self.replies: dict[str, tuple[int, bytes]] = {}
+
+    def post(self, path: str, body: dict, key: str | None = None) -> requests.Response:
+        headers = {"Idempotency-Key": key} if key is not None else {}
+        reply = requests.post(f"{self.url}{path}", json=body, cookies=self.cookies, headers={**headers, "Connection": "close"}, timeout=TIMEOUT_SECONDS)
+        self.cookies.update(reply.cookies.get_dict())
+        return reply
+
+    def increment(self, key: str) -> None:
+        reply = self.post("/increment_counter", {"count": 1}, key)
+        assert reply.status_code == 200 and "Idempotent-Replayed" not in reply.headers, (reply.status_code, reply.text)
+        self.replies[key] = (reply.status_code, reply.content)
+
+    def sent_again(self) -> list[tuple[int, bytes, str | None]]:
+        """Every increment sent again, with its id and the cookie as the client holds it now."""
+        sent = [self.post("/increment_counter", {"count": 1}, key) for key in self.replies]
+        return [(reply.status_code, reply.content, reply.headers.get("Idempotent-Replayed")) for reply in sent]
+
+    def count(self) -> int:
+        reply = self.post("/get_counter_value", {})
+        assert reply.status_code == 200, reply.text
+        return reply.json()["count"]
+
+
+def incremented(url: str) -> list[Episode]:
+    """``SESSIONS`` episodes, each incremented twice under ids of its own."""
+    episodes = [Episode(url, start * 10) for start in range(SESSIONS)]
+    for episode in episodes:
+        for _ in range(2):
+            episode.increment(f"episode-{uuid.uuid4()}")
+    return episodes
+
+
+def applied_once_with_original_replies(episodes: list[Episode], url: str) -> None:
+    """Each increment sent again (to ``url``: a restarted server listens on another port) got its original reply."""
+    for episode in episodes:
+        episode.url = url
+        originals = [(status, body, "true") for status, body in episode.replies.values()]
+        assert episode.sent_again() == originals
+        assert episode.count() == episode.start + 2
+
+
+@pytest.fixture(scope="module")
+def counter(tmp_path_factory) -> Launcher:
+    launcher = launch(counter_config(4), tmp_path_factory.mktemp("request_ids_state"))
+    yield launcher
+    launcher.stop()
+
+
+def test_a_request_sent_again_with_its_id_gets_its_original_reply_and_is_applied_once(counter):
+    url = counter.instances[COUNTER].url
+    applied_once_with_original_replies(incremented(url), url)
+
+
+def test_a_request_sent_again_with_its_id_after_its_owner_was_sigkilled_is_applied_once_by_the_adopter(counter):
+    url = counter.instances[COUNTER].url
+    episodes = incremented(url)
+    victim, held = Counter(cookie_owner(episode.cookies, COUNTER, SECRET) for episode in episodes).most_common(1)[0]
+    kill(counter, victim)
+    applied_once_with_original_replies(episodes, url)
+    assert held > 1 and victim not in {cookie_owner(episode.cookies, COUNTER, SECRET) for episode in episodes}
+
+
+def test_an_id_that_is_not_printable_ascii_or_is_too_long_gets_400_and_changes_nothing(counter):
+    episode = Episode(counter.instances[COUNTER].url, 7)
+    with httpx.Client(timeout=TIMEOUT_SECONDS, cookies=episode.cookies) as client:
+        for key in (b"with space", b"x" * 256, "caf\u00e9".encode("latin-1"), b""):
+            reply = client.post(f"{episode.url}/increment_counter", json={"count": 1}, headers={"Idempotency-Key": key})
+            assert reply.status_code == 400 and "Idempotency-Key" in reply.json()["detail"], (key, reply.text)
+    assert episode.count() == 7
+
+
+def test_a_request_sent_again_with_its_id_after_a_restart_and_after_export_and_restore_is_applied_once(tmp_path: Path):
+    old_dir, fresh_dir, path = tmp_path / "old", tmp_path / "fresh", tmp_path / "sessions.json"
+    launcher = launch(counter_config(4), old_dir)
+    try:
+        episodes = incremented(launcher.instances[COUNTER].url)
+    finally:
+        launcher.stop()
+    launcher = launch(counter_config(4), old_dir)
+    try:
+        applied_once_with_original_replies(episodes, launcher.instances[COUNTER].url)
+    finally:
+        launcher.stop()
+    gym = [sys.executable, "-m", "nemo_gym.cli.main", "sessions"]
+    subprocess.run([*gym, "export", "--instance", COUNTER, "--output", str(path)], env={**os.environ, "NEMO_GYM_STATE_DIR": str(old_dir)}, check=True, timeout=60)
+    launcher = launch(counter_config(4), fresh_dir)
+    try:
+        subprocess.run([*gym, "restore", "--instance", COUNTER, "--input", str(path)], env={**os.environ, "NEMO_GYM_STATE_DIR": str(fresh_dir)}, check=True, timeout=60)
+        applied_once_with_original_replies(episodes, launcher.instances[COUNTER].url)
+    finally:
+        launcher.stop()
