@@ -28,6 +28,7 @@ from nemo_gym.openai_utils import new_response
 from nemo_gym.process import discovery
 from nemo_gym.process.launcher import Launcher
 from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.secret import instance_key
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.e2e.test_swe_rebench_durable import fix_of
 from tests.e2e.test_swe_rebench_one_worker import episodes, sandboxes_in
@@ -72,7 +73,7 @@ def hook_calls(path: Path) -> Counter:
 
 
 def session_id_of(jar: dict[str, str], instance: str) -> str:
-    return session_of(SECRET, jar[f"{instance}_session"])["session_id"]
+    return session_of(instance_key(SECRET, instance), jar[f"{instance}_session"])["session_id"]
 
 
 def stored_state(base: Path, instance: str, session_id: str) -> str | None:
@@ -246,7 +247,7 @@ def test_the_idle_sessions_of_a_sigkilled_owner_are_ended_as_idle_by_a_survivor_
             return [(await seed(http, url, {"initial_count": number}))[3] for number in range(12)]
 
     jars = asyncio.run(seeded())
-    owner_of = {session_id_of(jar, "counter"): session_of(SECRET, jar["counter_session"])[OWNER_KEY] for jar in jars}
+    owner_of = {session_id_of(jar, "counter"): session_of(instance_key(SECRET, "counter"), jar["counter_session"])[OWNER_KEY] for jar in jars}
     victim = Counter(owner_of.values()).most_common(1)[0][0]
     orphans = sorted(session_id for session_id, owner in owner_of.items() if owner == victim)
     os.kill(worker_pid_of_owner(launcher.processes["counter"].pid, victim), signal.SIGKILL)
@@ -292,7 +293,7 @@ def test_a_session_whose_request_waited_on_its_sigstopped_owner_past_the_idle_ti
     async def run() -> tuple[str, int, tuple[int, dict, dict]]:
         async with fresh_connections() as http:
             jar = (await seed(http, url, {"initial_count": 0}))[3]
-            owner = session_of(SECRET, jar["counter_session"])[OWNER_KEY]
+            owner = session_of(instance_key(SECRET, "counter"), jar["counter_session"])[OWNER_KEY]
             pid = worker_pid_of_owner(launcher.processes["counter"].pid, owner)
             os.kill(pid, signal.SIGSTOP)
             try:
