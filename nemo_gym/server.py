@@ -347,7 +347,7 @@ class SimpleServer(BaseModel):
         if self.route_sessions:
             lifecycle = self._lifecycle = self.session_lifecycle(socket_dir, durable)
             paths = {"free_paths": self.session_free_paths, "start_paths": self.session_start_paths, "end_paths": self.session_end_paths}
-            inner.insert(0, Middleware(Lifecycle, lifecycle=lifecycle, tokens=self.tokens, durable=durable, **paths))
+            inner.insert(0, Middleware(Lifecycle, lifecycle=lifecycle, tokens=self.tokens, routes=app.router.routes, durable=durable, **paths))
         # Durable sessions can be checkpointed (``gym sessions checkpoint``): the host's workers share a gate.
         gate = self._gate = None if durable is None else Gate(socket_dir)
         if durable is not None:

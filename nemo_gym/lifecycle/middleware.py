@@ -2,7 +2,8 @@
 
 It sits inside the session layer and the durable write-through (so a session taken up from the store is
 held by the time it looks), outside the app. For a request on a path of ``free_paths`` (liveness,
-metrics, the close itself) it does nothing. Otherwise the request's session (its cookie's; on ``/mcp``
+metrics, the close itself), or one no route of the app takes (the app answers 404 or 405: a stray
+``/favicon.ico`` never counts toward a cap), it does nothing. Otherwise the request's session (its cookie's; on ``/mcp``
 its token's) is, in this order:
 
 - ended, and remembered (a tombstone) and not held: 410 with why; on a start path (``/seed_session``) the request
@@ -22,8 +23,11 @@ from __future__ import annotations
 
 import uuid
 
+from collections.abc import Sequence
+
 from itsdangerous import URLSafeSerializer
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
@@ -44,8 +48,10 @@ class Lifecycle:
         start_paths: frozenset[str],
         end_paths: frozenset[str],
         tokens: URLSafeSerializer,
+        routes: Sequence[BaseRoute],
         durable: DurableSessions | None = None,
     ) -> None:
+        """``routes``: the app's (its router's list, read at each request: routes added later count)."""
         self.app = app
         self.lifecycle = lifecycle
         self.registry = lifecycle.registry
@@ -53,11 +59,12 @@ class Lifecycle:
         self.start_paths = start_paths
         self.end_paths = end_paths
         self.tokens = tokens
+        self.routes = routes
         self.durable = durable
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or path in self.free_paths:
+        if scope["type"] != "http" or path in self.free_paths or not self.routed(scope):
             await self.app(scope, receive, send)
             return
         if is_mcp_path(path):
@@ -89,6 +96,10 @@ class Lifecycle:
             await self.app(scope, receive, send_after_ending)
         finally:
             self.registry.leave(session_id)
+
+    def routed(self, scope: Scope) -> bool:
+        """Whether a route of the app takes the request, path and method, as the app's router will match it."""
+        return any(route.matches(scope)[0] is Match.FULL for route in self.routes)
 
     def check(self, session_id: str) -> Response | None:
         """None if the request may be served (its session live, or made live now), else the reply it gets instead."""

@@ -128,3 +128,20 @@ async def test_liveness_and_metrics_paths_start_no_session_and_count_toward_no_c
             assert (await caller.http.get(a.url + "/")).status == 200
         assert (await caller.post(a, "/increment")).status == 200
         assert len(a.server.lifecycle.registry) == 1
+
+
+STRAY_PATHS = ("/healthz", "/favicon.ico", "/robots.txt", "/metrics/")
+
+
+async def test_stray_requests_to_routes_that_do_not_exist_start_no_session_so_max_sessions_seeds_all_get_200():
+    """20 cookieless requests that 404 and one that 405, over both workers, leave the cap whole for real seeds."""
+    async with two_workers(HookedServer, max_sessions=8) as (a, b, caller):
+        for number in range(20):
+            stray = await caller.http.get((a, b)[number % 2].url + STRAY_PATHS[number % len(STRAY_PATHS)])
+            assert stray.status == 404, await stray.text()
+        wrong_method = await caller.http.get(b.url + "/seed_session")
+        assert wrong_method.status == 405, await wrong_method.text()
+        seeds = [await caller.post((a, b)[number % 2], "/seed_session", json={}) for number in range(8)]
+        assert [seed.status for seed in seeds] == [200] * 8, [await seed.text() for seed in seeds]
+        over = await caller.post(a, "/seed_session", json={})
+        assert over.status == 503 and "max_sessions (8)" in (await over.json())["detail"]
