@@ -89,7 +89,7 @@ class SimpleServer(BaseModel):
     route_sessions: ClassVar[bool] = False
     # Where a session ends: a 2xx reply to a request for one of these paths ends it (``on_session_end``, reason "verify").
     session_end_paths: ClassVar[frozenset[str]] = frozenset()
-    # Where a session starts: a request here for an ended session starts a new one (a new id) instead of a 410.
+    # Where a session starts: a request here always starts a new one (a new id), whatever its cookie or token names.
     session_start_paths: ClassVar[frozenset[str]] = frozenset()
     # Requests that neither start nor use a session (liveness, metrics, documentation, the close itself).
     session_free_paths: ClassVar[frozenset[str]] = frozenset(
@@ -288,7 +288,7 @@ class SimpleServer(BaseModel):
         nothing. Upstream's name: its servers that make a ``FastAPI()`` of their own call it."""
         if any(layer.cls in SESSION_LAYER for layer in app.user_middleware):
             return
-        app.add_middleware(SessionIdMiddleware, owner=self._worker_id, replica=self.replica_keys)
+        app.add_middleware(SessionIdMiddleware, owner=self._worker_id, replica=self.replica_keys, start_paths=self.session_start_paths)
         app.add_middleware(SessionCookie, **self.session_options)
 
     @property
@@ -346,7 +346,7 @@ class SimpleServer(BaseModel):
         inner = [Middleware(ServerErrorsAsJson)]
         if self.route_sessions:
             lifecycle = self._lifecycle = self.session_lifecycle(socket_dir, durable)
-            paths = {"free_paths": self.session_free_paths, "start_paths": self.session_start_paths, "end_paths": self.session_end_paths}
+            paths = {"free_paths": self.session_free_paths, "end_paths": self.session_end_paths}
             inner.insert(0, Middleware(Lifecycle, lifecycle=lifecycle, tokens=self.tokens, routes=app.router.routes, durable=durable, **paths))
         # Durable sessions can be checkpointed (``gym sessions checkpoint``): the host's workers share a gate.
         gate = self._gate = None if durable is None else Gate(socket_dir)
@@ -364,7 +364,9 @@ class SimpleServer(BaseModel):
         replicas = None if self._replicas is None else Forwarder(self._replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS, hop="replica")
         if replicas is not None and durable is not None and durable.lease is not None:
             replicas.owner_expired, replicas.expiry_check_seconds = self._forwarder.owner_expired, self._forwarder.expiry_check_seconds
-        router = self._router = SessionRouter(local, self._worker_id, owners, self._forwarder, self._placement, lost, self._replica, replicas)
+        router = self._router = SessionRouter(
+            local, self._worker_id, owners, self._forwarder, self._placement, lost, self.session_start_paths, self._replica, replicas
+        )
         served = router if gate is None else CheckpointAdmin(router, gate, self.name, self.secret, self.config.session_store)
         return MetricsEndpoint(BodyLimit(served, self.config.max_body_bytes), exposition, self._worker_id)
 

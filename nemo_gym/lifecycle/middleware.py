@@ -6,9 +6,8 @@ metrics, the close itself), or one no route of the app takes (the app answers 40
 ``/favicon.ico`` never counts toward a cap), it does nothing. Otherwise the request's session (its cookie's; on ``/mcp``
 its token's) is, in this order:
 
-- ended, and remembered (a tombstone) and not held: 410 with why; on a start path (``/seed_session``) the request
-  starts a new session under a new id instead (its reply's cookie names it), so a client that keeps its
-  cookie jar across rollouts goes on working;
+- ended, and remembered (a tombstone) and not held: 410 with why (a start path, ``/seed_session``, never
+  gets here with an old session: the session layer gives it a new one, ``SessionIdMiddleware``);
 - live: served, and counted as used at its start and its end;
 - held in the store by this worker (just adopted, or taken up after ``gym sessions restore`` brought
   it back, even from its end): live from now;
@@ -20,8 +19,6 @@ A 2xx reply on one of ``end_paths`` (``/verify``) ends the session before the re
 """
 
 from __future__ import annotations
-
-import uuid
 
 from collections.abc import Sequence
 
@@ -35,7 +32,6 @@ from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.lifecycle.ending import SessionLifecycle
 from nemo_gym.lifecycle.registry import EndReason
 from nemo_gym.lifecycle.replies import ended_session, over_cap
-from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
 from nemo_gym.sessions.token import is_mcp_path, token_session_id
 
 
@@ -45,7 +41,6 @@ class Lifecycle:
         app: ASGIApp,
         lifecycle: SessionLifecycle,
         free_paths: frozenset[str],
-        start_paths: frozenset[str],
         end_paths: frozenset[str],
         tokens: URLSafeSerializer,
         routes: Sequence[BaseRoute],
@@ -56,7 +51,6 @@ class Lifecycle:
         self.lifecycle = lifecycle
         self.registry = lifecycle.registry
         self.free_paths = free_paths
-        self.start_paths = start_paths
         self.end_paths = end_paths
         self.tokens = tokens
         self.routes = routes
@@ -74,13 +68,8 @@ class Lifecycle:
                 return
             refusal = self.check(session_id)
         else:
-            session = scope["session"]
-            session_id = session[SESSION_ID_KEY]
+            session_id = scope["session"][SESSION_ID_KEY]
             refusal = self.check(session_id)
-            if refusal is not None and refusal.status_code == 410 and path in self.start_paths:
-                session_id = session[SESSION_ID_KEY] = uuid.uuid4().hex
-                scope[NEW_SESSION_SCOPE_KEY] = True
-                refusal = self.check(session_id)
         if refusal is not None:
             await refusal(scope, receive, send)
             return

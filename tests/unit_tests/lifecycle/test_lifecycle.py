@@ -13,6 +13,7 @@ from fastapi import Request
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse
 from nemo_gym.lifecycle.registry import EndReason
+from nemo_gym.routing.worker import OWNER_KEY
 from tests.session_cookies import signed_session
 from tests.unit_tests.routing_workers import EchoServer, new_session, two_workers
 
@@ -92,6 +93,20 @@ async def test_verify_ends_the_session_through_the_hook_and_a_seed_with_its_cook
         renewed = {key: morsel.value for key, morsel in seeded.cookies.items()}
         status, fresh = await echo(caller, a, renewed)
         assert status == 200 and session_id(fresh) != session_id(body)
+
+
+async def test_a_seed_starts_a_new_session_whatever_its_cookie_names_and_leaves_a_live_one_as_it_is():
+    async with two_workers(HookedServer) as (a, b, caller):
+        live = await new_session(caller, a)
+        _, before = await echo(caller, a, live)
+        not_a_worker = {a.server.session_cookie: signed_session(a.server.signing_key, {SESSION_ID_KEY: "s", OWNER_KEY: "not a worker"})}
+        for cookies in (live, not_a_worker):
+            for worker in (a, b):
+                seeded = await caller.post(worker, "/seed_session", cookies, json={})
+                assert seeded.status == 200, await seeded.text()
+                status, body = await echo(caller, worker, {key: morsel.value for key, morsel in seeded.cookies.items()})
+                assert status == 200 and session_id(body) not in (session_id(before), "s")
+        assert (await echo(caller, b, live))[0] == 200
 
 
 async def test_an_idle_session_ends_once_as_idle_and_a_busy_one_does_not():
