@@ -3,8 +3,8 @@
 It sits inside the session layer and the durable write-through (so a session taken up from the store is
 held by the time it looks), outside the app. For a request on a path of ``free_paths`` (liveness,
 metrics, the close itself), or one no route of the app takes (the app answers 404 or 405: a stray
-``/favicon.ico`` never counts toward a cap), it does nothing. Otherwise the request's session (its cookie's; on ``/mcp``
-its token's) is, in this order:
+``/favicon.ico`` never counts toward a cap), it does nothing. Otherwise the request's session (its
+cookie's; on ``/mcp`` its token's) is, in this order:
 
 - ended, and remembered (a tombstone) and not held: 410 with why (a start path, ``/seed_session``, never
   gets here with an old session: the session layer gives it a new one, ``SessionIdMiddleware``);
@@ -20,6 +20,7 @@ A 2xx reply on one of ``end_paths`` (``/verify``) ends the session before the re
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from itsdangerous import URLSafeSerializer
@@ -34,6 +35,9 @@ from nemo_gym.lifecycle.registry import EndReason
 from nemo_gym.lifecycle.replies import ended_session, over_cap
 from nemo_gym.sessions.token import is_mcp_path, token_session_id
 
+# Whether a route takes a request is remembered for this many (method, root path, path): the app's routes
+# are all made before it serves, and a scan of them on every request cost several microseconds.
+ROUTED_CACHE_SIZE = 4096
 
 class Lifecycle:
     def __init__(
@@ -46,7 +50,7 @@ class Lifecycle:
         routes: Sequence[BaseRoute],
         durable: DurableSessions | None = None,
     ) -> None:
-        """``routes``: the app's (its router's list, read at each request: routes added later count)."""
+        """``routes``: the app's (its router's list, all made before the first request)."""
         self.app = app
         self.lifecycle = lifecycle
         self.registry = lifecycle.registry
@@ -54,11 +58,12 @@ class Lifecycle:
         self.end_paths = end_paths
         self.tokens = tokens
         self.routes = routes
+        self.routed = functools.lru_cache(maxsize=ROUTED_CACHE_SIZE)(self.takes)
         self.durable = durable
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or path in self.free_paths or not self.routed(scope):
+        if scope["type"] != "http" or path in self.free_paths or not self.routed(scope["method"], scope.get("root_path", ""), path):
             await self.app(scope, receive, send)
             return
         if is_mcp_path(path):
@@ -86,8 +91,9 @@ class Lifecycle:
         finally:
             self.registry.leave(session_id)
 
-    def routed(self, scope: Scope) -> bool:
-        """Whether a route of the app takes the request, path and method, as the app's router will match it."""
+    def takes(self, method: str, root_path: str, path: str) -> bool:
+        """Whether a route of the app takes a request for ``path`` with ``method``, as the app's router matches it."""
+        scope = {"type": "http", "method": method, "root_path": root_path, "path": path}
         return any(route.matches(scope)[0] is Match.FULL for route in self.routes)
 
     def check(self, session_id: str) -> Response | None:
