@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
+from itsdangerous import URLSafeSerializer
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from starlette.middleware import Middleware
@@ -57,7 +58,7 @@ from nemo_gym.routing.transport.tcp import TcpTransport, tls_contexts
 from nemo_gym.routing.worker import new_worker_id
 from nemo_gym.server_utils import ServerClient, initialize_ray
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY, SESSION_MAX_AGE_SECONDS, SessionCookie, SessionIdMiddleware, session_cookie_name
-from nemo_gym.sessions.secret import session_secret
+from nemo_gym.sessions.secret import instance_key, session_secret
 from nemo_gym.sessions.token import token_serializer
 
 
@@ -88,7 +89,7 @@ class SimpleServer(BaseModel):
     route_sessions: ClassVar[bool] = False
     # Where a session ends: a 2xx reply to a request for one of these paths ends it (``on_session_end``, reason "verify").
     session_end_paths: ClassVar[frozenset[str]] = frozenset()
-    # Where a session starts: a request here for an ended session starts a new one (a new id) instead of a 410.
+    # Where a session starts: a request here always starts a new one (a new id), whatever its cookie or token names.
     session_start_paths: ClassVar[frozenset[str]] = frozenset()
     # Requests that neither start nor use a session (liveness, metrics, documentation, the close itself).
     session_free_paths: ClassVar[frozenset[str]] = frozenset(
@@ -242,6 +243,17 @@ class SimpleServer(BaseModel):
             return secrets.token_urlsafe(32)
         return session_secret(self.name, self.config.session_secret)
 
+    @functools.cached_property
+    def signing_key(self) -> str:
+        """What signs this instance's session cookies and MCP tokens: derived from the secret and the instance's
+        name (``instance_key``), so an instance whose secret has the same value signs apart."""
+        return instance_key(self.secret, self.name)
+
+    @functools.cached_property
+    def tokens(self) -> URLSafeSerializer:
+        """The MCP session tokens' serializer (``sessions.token``), under this instance's signing key."""
+        return token_serializer(self.signing_key)
+
     @property
     def session_cookie(self) -> str:
         return session_cookie_name(self.name)
@@ -276,13 +288,13 @@ class SimpleServer(BaseModel):
         nothing. Upstream's name: its servers that make a ``FastAPI()`` of their own call it."""
         if any(layer.cls in SESSION_LAYER for layer in app.user_middleware):
             return
-        app.add_middleware(SessionIdMiddleware, owner=self._worker_id, replica=self.replica_keys)
+        app.add_middleware(SessionIdMiddleware, owner=self._worker_id, replica=self.replica_keys, start_paths=self.session_start_paths)
         app.add_middleware(SessionCookie, **self.session_options)
 
     @property
     def session_options(self) -> dict[str, Any]:
         """The session layer's settings: the app's, and the router's reading of the same cookie."""
-        return {"secret_key": self.secret, "session_cookie": self.session_cookie}
+        return {"secret_key": self.signing_key, "session_cookie": self.session_cookie}
 
     def session_states(self) -> DurableState | None:
         """The per-session state this server keeps durable (``nemo_gym.durable``); None: memory only."""
@@ -332,15 +344,14 @@ class SimpleServer(BaseModel):
             self._forwarder.expiry_check_seconds = durable.lease.seconds / RENEWALS_PER_LEASE
         # Inside the sessions: the durable write-through, the lifecycle, then the errors answered as JSON.
         inner = [Middleware(ServerErrorsAsJson)]
-        tokens = token_serializer(self.secret)
         if self.route_sessions:
             lifecycle = self._lifecycle = self.session_lifecycle(socket_dir, durable)
-            paths = {"free_paths": self.session_free_paths, "start_paths": self.session_start_paths, "end_paths": self.session_end_paths}
-            inner.insert(0, Middleware(Lifecycle, lifecycle=lifecycle, tokens=tokens, durable=durable, **paths))
+            paths = {"free_paths": self.session_free_paths, "end_paths": self.session_end_paths}
+            inner.insert(0, Middleware(Lifecycle, lifecycle=lifecycle, tokens=self.tokens, routes=app.router.routes, durable=durable, **paths))
         # Durable sessions can be checkpointed (``gym sessions checkpoint``): the host's workers share a gate.
         gate = self._gate = None if durable is None else Gate(socket_dir)
         if durable is not None:
-            inner.insert(0, Middleware(WriteThrough, sessions=durable, tokens=tokens, replica=self.replica_keys))
+            inner.insert(0, Middleware(WriteThrough, sessions=durable, tokens=self.tokens, replica=self.replica_keys))
             inner.insert(0, Middleware(CheckpointGate, gate=gate))
         sessions = [layer for layer in app.user_middleware if layer.cls in SESSION_LAYER]
         app.user_middleware = [*sessions, *inner, *(layer for layer in app.user_middleware if layer.cls not in SESSION_LAYER)]
@@ -348,12 +359,14 @@ class SimpleServer(BaseModel):
         exposition = Exposition(METERS, self.metric_collectors())
         if self._worker_id is None:
             return MetricsEndpoint(BodyLimit(local, self.config.max_body_bytes), exposition)
-        owners = OwnerReader(self.session_options, token_serializer(self.secret))
+        owners = OwnerReader(self.session_options, self.tokens)
         lost = LostWithOwner() if durable is None else Adopter(durable, self._transport.is_alive)
         replicas = None if self._replicas is None else Forwarder(self._replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS, hop="replica")
         if replicas is not None and durable is not None and durable.lease is not None:
             replicas.owner_expired, replicas.expiry_check_seconds = self._forwarder.owner_expired, self._forwarder.expiry_check_seconds
-        router = self._router = SessionRouter(local, self._worker_id, owners, self._forwarder, self._placement, lost, self._replica, replicas)
+        router = self._router = SessionRouter(
+            local, self._worker_id, owners, self._forwarder, self._placement, lost, self.session_start_paths, self._replica, replicas
+        )
         served = router if gate is None else CheckpointAdmin(router, gate, self.name, self.secret, self.config.session_store)
         return MetricsEndpoint(BodyLimit(served, self.config.max_body_bytes), exposition, self._worker_id)
 

@@ -2,12 +2,12 @@
 
 It sits inside the session layer and the durable write-through (so a session taken up from the store is
 held by the time it looks), outside the app. For a request on a path of ``free_paths`` (liveness,
-metrics, the close itself) it does nothing. Otherwise the request's session (its cookie's; on ``/mcp``
-its token's) is, in this order:
+metrics, the close itself), or one no route of the app takes (the app answers 404 or 405: a stray
+``/favicon.ico`` never counts toward a cap), it does nothing. Otherwise the request's session (its
+cookie's; on ``/mcp`` its token's) is, in this order:
 
-- ended, and remembered (a tombstone) and not held: 410 with why; on a start path (``/seed_session``) the request
-  starts a new session under a new id instead (its reply's cookie names it), so a client that keeps its
-  cookie jar across rollouts goes on working;
+- ended, and remembered (a tombstone) and not held: 410 with why (a start path, ``/seed_session``, never
+  gets here with an old session: the session layer gives it a new one, ``SessionIdMiddleware``);
 - live: served, and counted as used at its start and its end;
 - held in the store by this worker (just adopted, or taken up after ``gym sessions restore`` brought
   it back, even from its end): live from now;
@@ -20,10 +20,12 @@ A 2xx reply on one of ``end_paths`` (``/verify``) ends the session before the re
 
 from __future__ import annotations
 
-import uuid
+import functools
+from collections.abc import Sequence
 
 from itsdangerous import URLSafeSerializer
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
@@ -31,9 +33,11 @@ from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.lifecycle.ending import SessionLifecycle
 from nemo_gym.lifecycle.registry import EndReason
 from nemo_gym.lifecycle.replies import ended_session, over_cap
-from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
 from nemo_gym.sessions.token import is_mcp_path, token_session_id
 
+# Whether a route takes a request is remembered for this many (method, root path, path): the app's routes
+# are all made before it serves, and a scan of them on every request cost several microseconds.
+ROUTED_CACHE_SIZE = 4096
 
 class Lifecycle:
     def __init__(
@@ -41,23 +45,25 @@ class Lifecycle:
         app: ASGIApp,
         lifecycle: SessionLifecycle,
         free_paths: frozenset[str],
-        start_paths: frozenset[str],
         end_paths: frozenset[str],
         tokens: URLSafeSerializer,
+        routes: Sequence[BaseRoute],
         durable: DurableSessions | None = None,
     ) -> None:
+        """``routes``: the app's (its router's list, all made before the first request)."""
         self.app = app
         self.lifecycle = lifecycle
         self.registry = lifecycle.registry
         self.free_paths = free_paths
-        self.start_paths = start_paths
         self.end_paths = end_paths
         self.tokens = tokens
+        self.routes = routes
+        self.routed = functools.lru_cache(maxsize=ROUTED_CACHE_SIZE)(self.takes)
         self.durable = durable
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or path in self.free_paths:
+        if scope["type"] != "http" or path in self.free_paths or not self.routed(scope["method"], scope.get("root_path", ""), path):
             await self.app(scope, receive, send)
             return
         if is_mcp_path(path):
@@ -67,13 +73,8 @@ class Lifecycle:
                 return
             refusal = self.check(session_id)
         else:
-            session = scope["session"]
-            session_id = session[SESSION_ID_KEY]
+            session_id = scope["session"][SESSION_ID_KEY]
             refusal = self.check(session_id)
-            if refusal is not None and refusal.status_code == 410 and path in self.start_paths:
-                session_id = session[SESSION_ID_KEY] = uuid.uuid4().hex
-                scope[NEW_SESSION_SCOPE_KEY] = True
-                refusal = self.check(session_id)
         if refusal is not None:
             await refusal(scope, receive, send)
             return
@@ -89,6 +90,11 @@ class Lifecycle:
             await self.app(scope, receive, send_after_ending)
         finally:
             self.registry.leave(session_id)
+
+    def takes(self, method: str, root_path: str, path: str) -> bool:
+        """Whether a route of the app takes a request for ``path`` with ``method``, as the app's router matches it."""
+        scope = {"type": "http", "method": method, "root_path": root_path, "path": path}
+        return any(route.matches(scope)[0] is Match.FULL for route in self.routes)
 
     def check(self, session_id: str) -> Response | None:
         """None if the request may be served (its session live, or made live now), else the reply it gets instead."""

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from nemo_gym.mcp_tools.endpoint import McpToolEndpoint
 from nemo_gym.mcp_tools.seed_metadata import SeedSessionMcpMetadata
-from nemo_gym.sessions.token import mint_token, token_serializer
+from nemo_gym.sessions.token import mint_token
 
 if TYPE_CHECKING:
     from nemo_gym.base_resources_server import SimpleResourcesServer
@@ -22,7 +22,7 @@ def expose_tools(server: SimpleResourcesServer, app: FastAPI) -> McpToolEndpoint
 
     The tools are chosen and checked later, in the lifespan (``McpToolEndpoint.serve``), once every route exists.
     """
-    serializer = token_serializer(server.secret)
+    serializer = server.tokens
     endpoint = McpToolEndpoint(server.name, serializer, server.session_cookie, server.config.host)
     endpoint.mount(app)
     # Added here, before build_app's session middlewares, so it sits inside them and sees the session.

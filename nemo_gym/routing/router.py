@@ -41,16 +41,20 @@ class SessionRouter:
         forwarder: Forwarder,
         placement: Placement,
         lost: LostSessionPolicy,
+        start_paths: frozenset[str] = frozenset(),
         replica: str | None = None,
         replicas: Forwarder | None = None,
     ) -> None:
-        """``replica``: this replica's address, in a replica set; ``replicas`` forwards over a ``TcpTransport``."""
+        """``start_paths``: where a request starts a new session whatever it names (the app's session layer
+        gives it one), so it is placed as a new session is, never sent to an owner, live or dead.
+        ``replica``: this replica's address, in a replica set; ``replicas`` forwards over a ``TcpTransport``."""
         self.app = app
         self.worker_id = worker_id
         self.owners = owners
         self.forwarder = forwarder
         self.placement = placement
         self.lost = lost
+        self.start_paths = start_paths
         self.replica = replica
         self.replicas = replicas
         self.label = worker_id.encode()  # the reply header's value, made once
@@ -67,6 +71,9 @@ class SessionRouter:
                 scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER]
                 break
         assign(scope)
+        if scope["path"] in self.start_paths:
+            await self.start_session(scope, receive, send)
+            return
         try:
             session = self.owners.named_session(scope)
         except AmbiguousSession as error:

@@ -93,6 +93,9 @@ NEW_SESSION_SCOPE_KEY = "nemo_gym.new_session"
 class SessionIdMiddleware:
     """Sits inside SessionCookie and makes sure every session has a ``session_id``.
 
+    A request on one of ``start_paths`` (``/seed_session``, an agent's ``/run``) starts a new session,
+    whatever its cookie names (a live session, an ended one, one whose owner is gone, none that
+    verifies): a client that keeps one cookie jar across rollouts seeds each in a session of its own.
     It writes the id back on every request, so every reply carries the session cookie (Starlette
     sends one only for a changed session): a client that replaces its cookies with each reply's,
     as upstream NeMo Gym's agents do, keeps its session. With several workers it also stamps the
@@ -101,14 +104,19 @@ class SessionIdMiddleware:
     (``replica``: its keys, ``nemo_gym.routing.replica``).
     """
 
-    def __init__(self, app: ASGIApp, owner: str | None = None, replica: dict[str, str | int] | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, owner: str | None = None, replica: dict[str, str | int] | None = None, start_paths: frozenset[str] = frozenset()
+    ) -> None:
         self.app = app
         self.owner = owner
         self.replica = replica
+        self.start_paths = start_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             session = scope["session"]
+            if scope.get("path") in self.start_paths:  # (the router's probe for a reply's cookie has no path)
+                session.clear()
             session_id = session.get(SESSION_ID_KEY)
             if not session_id:
                 session_id = uuid.uuid4().hex

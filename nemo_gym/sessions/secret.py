@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import os
 import secrets
 import tempfile
@@ -12,6 +14,8 @@ from nemo_gym.env import STATE_DIR_ENV
 
 # Anyone who knows the secret can forge any session; shorter ones are refused, never used.
 MIN_SECRET_BYTES = 32
+# What an instance's signing key is derived for, before the instance's name (the replicas' credentials have a context of their own).
+SIGNING_KEY_CONTEXT = b"nemo-gym session signing v1\0"
 
 
 class SecretError(ValueError):
@@ -48,6 +52,16 @@ def session_secret(instance_name: str, configured: str | None = None) -> str:
     if not os.path.lexists(path):
         create(path)
     return read(path)
+
+
+def instance_key(secret: str, instance_name: str) -> str:
+    """The key that signs an instance's session cookies and MCP tokens: HMAC-SHA256 of its name under its secret.
+
+    Two instances configured with the same ``session_secret`` value sign apart: what one minted does not verify
+    at the other, which then neither serves the session nor forwards it to the owner (its cookie or token is as
+    none). The replicas of one instance (one name, one secret) share it.
+    """
+    return hmac.new(secret.encode(), SIGNING_KEY_CONTEXT + instance_name.encode(), hashlib.sha256).hexdigest()
 
 
 def create(path: Path) -> None:

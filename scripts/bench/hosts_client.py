@@ -29,6 +29,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.routing.replica import REPLICA_KEY
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import session_cookie_name
+from nemo_gym.sessions.secret import instance_key
 from scripts.bench.client import EpisodeClient, GymEpisodeClient, counter_episode
 from scripts.bench.driving import drive
 from scripts.bench.figures import median, percentile
@@ -40,11 +41,11 @@ CROSS_HOST = "cross-host"
 HOP_SESSIONS_PER_REPLICA = 4
 
 
-def owner(cookie: str | None) -> tuple[str | None, str | None]:
-    """The owner worker and owner replica a session cookie names."""
+def owner(cookie: str | None, instance: str) -> tuple[str | None, str | None]:
+    """The owner worker and owner replica a session cookie of ``instance`` names."""
     if not cookie:
         return None, None
-    session = session_of(SECRET, cookie)
+    session = session_of(instance_key(SECRET, instance), cookie)
     return session.get(OWNER_KEY), session.get(REPLICA_KEY)
 
 
@@ -71,14 +72,14 @@ class ReplicaGymClient(GymEpisodeClient):
 
     def take_counts(self) -> tuple[list[float], list[dict[str, str]], float | None]:
         for seeded in self.seeded:
-            worker, replica = owner(seeded.get(self.cookie))
+            worker, replica = owner(seeded.get(self.cookie), self.name)
             if worker is not None and replica is not None:
                 self.replica_of_worker[worker] = replica
         answered = []
         for sent, worker in self.answered:
             cookie = SimpleCookie(sent).get(self.cookie)
             if cookie is not None:
-                answered.append((*owner(cookie.value), worker))
+                answered.append((*owner(cookie.value, self.name), worker))
         self.hits = direct_hits(answered, self.replica_of_worker)
         return super().take_counts()
 
@@ -100,7 +101,7 @@ async def hop(replicas: list[str], requests: int, block: int, runs: int, instanc
             for _ in range(HOP_SESSIONS_PER_REPLICA):
                 cookies: dict[str, str] = {}
                 await client.post(f"{url}/seed_session", {"initial_count": 0}, cookies)
-                _, replica = owner(cookies.get(session_cookie_name(instance)))
+                _, replica = owner(cookies.get(session_cookie_name(instance)), instance)
                 sessions.append((f"http://{replica}", cookies))
         others = {url: replicas[(replicas.index(url) + 1) % len(replicas)] for url in replicas}
         kinds = {LOCAL: lambda url: url, CROSS_HOST: lambda url: others[url]}

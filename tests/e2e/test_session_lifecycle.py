@@ -28,6 +28,7 @@ from nemo_gym.openai_utils import new_response
 from nemo_gym.process import discovery
 from nemo_gym.process.launcher import Launcher
 from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.secret import instance_key
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.e2e.test_swe_rebench_durable import fix_of
 from tests.e2e.test_swe_rebench_one_worker import episodes, sandboxes_in
@@ -52,6 +53,7 @@ def stack(tmp_path_factory):
     config = {
         "counter": server("hooked_counter", hook_log=str(base / "counter.hooks"), session_idle_timeout_seconds=IDLE_SECONDS, place_sessions=True),
         "capped": server("hooked_counter", hook_log=str(base / "capped.hooks"), max_sessions=100, session_idle_timeout_seconds=0),
+        "in_memory": server("hooked_counter", hook_log=str(base / "in_memory.hooks"), durable_sessions=False),
         "swe": server("swe_rebench", sandbox_dir=str(base / "swe"), session_idle_timeout_seconds=IDLE_SECONDS, place_sessions=True),
         "swe_capped": server(
             "swe_rebench", sandbox_dir=str(base / "swe_capped"), max_disk_mb=SANDBOX_MB, max_sandbox_disk_mb=SANDBOX_MB * SANDBOXES + SANDBOX_MB // 2
@@ -72,7 +74,7 @@ def hook_calls(path: Path) -> Counter:
 
 
 def session_id_of(jar: dict[str, str], instance: str) -> str:
-    return session_of(SECRET, jar[f"{instance}_session"])["session_id"]
+    return session_of(instance_key(SECRET, instance), jar[f"{instance}_session"])["session_id"]
 
 
 def stored_state(base: Path, instance: str, session_id: str) -> str | None:
@@ -246,7 +248,7 @@ def test_the_idle_sessions_of_a_sigkilled_owner_are_ended_as_idle_by_a_survivor_
             return [(await seed(http, url, {"initial_count": number}))[3] for number in range(12)]
 
     jars = asyncio.run(seeded())
-    owner_of = {session_id_of(jar, "counter"): session_of(SECRET, jar["counter_session"])[OWNER_KEY] for jar in jars}
+    owner_of = {session_id_of(jar, "counter"): session_of(instance_key(SECRET, "counter"), jar["counter_session"])[OWNER_KEY] for jar in jars}
     victim = Counter(owner_of.values()).most_common(1)[0][0]
     orphans = sorted(session_id for session_id, owner in owner_of.items() if owner == victim)
     os.kill(worker_pid_of_owner(launcher.processes["counter"].pid, victim), signal.SIGKILL)
@@ -292,7 +294,7 @@ def test_a_session_whose_request_waited_on_its_sigstopped_owner_past_the_idle_ti
     async def run() -> tuple[str, int, tuple[int, dict, dict]]:
         async with fresh_connections() as http:
             jar = (await seed(http, url, {"initial_count": 0}))[3]
-            owner = session_of(SECRET, jar["counter_session"])[OWNER_KEY]
+            owner = session_of(instance_key(SECRET, "counter"), jar["counter_session"])[OWNER_KEY]
             pid = worker_pid_of_owner(launcher.processes["counter"].pid, owner)
             os.kill(pid, signal.SIGSTOP)
             try:
@@ -307,3 +309,66 @@ def test_a_session_whose_request_waited_on_its_sigstopped_owner_past_the_idle_ti
     assert status == 200, body
     assert (read[0], read[1]["count"]) == (200, 1)
     assert not any(called == session_id for called, _ in hook_calls(base / "counter.hooks"))
+
+
+def wait_dead(pid: int) -> None:
+    """Until the process is gone or a zombie (its sockets closed), at most 10 s."""
+    give_up = time.monotonic() + 10
+    while time.monotonic() < give_up:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        except FileNotFoundError:
+            return
+        time.sleep(0.02)
+    raise TimeoutError(f"worker {pid} still runs 10 s after SIGKILL")
+
+
+def kill_owner(launcher, instance: str, jar: dict[str, str]) -> None:
+    """SIGKILL, by its PID, the worker that owns the session of ``jar``, and wait for it to be gone."""
+    owner = session_of(instance_key(SECRET, instance), jar[f"{instance}_session"])[OWNER_KEY]
+    pid = worker_pid_of_owner(launcher.processes[instance].pid, owner)
+    os.kill(pid, signal.SIGKILL)
+    wait_dead(pid)
+
+
+ROLLOUT = (("/seed_session", {"initial_count": 5}), ("/verify", verify_body(5)))
+NEXT_ROLLOUT = (("/seed_session", {"initial_count": 7}), ("/get_counter_value", {}))
+
+
+@pytest.mark.parametrize("instance", ["counter", "in_memory"])
+def test_a_seed_with_the_cookie_of_an_ended_session_whose_owner_died_starts_a_new_session(stack, instance):
+    """A client that keeps one cookie jar across rollouts (aiohttp's for the durable counter, requests' for the one in
+    memory): its next seed, after the ended session's owner was SIGKILLed, is 200 with a new session, which serves."""
+    launcher, _ = stack
+    url = launcher.instances[instance].url
+    if instance == "counter":
+
+        async def run() -> tuple[list[tuple[int, dict]], dict[str, str], list[tuple[int, dict]], dict[str, str]]:
+            jar = aiohttp.CookieJar(unsafe=True)  # unsafe: it keeps the cookies of an IP address (127.0.0.1)
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), cookie_jar=jar, timeout=aiohttp.ClientTimeout(total=60)) as http:
+
+                async def calls(steps) -> list[tuple[int, dict]]:
+                    replies = []
+                    for path, body in steps:
+                        async with http.post(url + path, json=body) as reply:
+                            replies.append((reply.status, await reply.json()))
+                    return replies
+
+                rollout = await calls(ROLLOUT)
+                ended = {cookie.key: cookie.value for cookie in jar}
+                kill_owner(launcher, instance, ended)
+                return rollout, ended, await calls(NEXT_ROLLOUT), {cookie.key: cookie.value for cookie in jar}
+
+        rollout, ended, replies, now = asyncio.run(run())
+    else:
+        with requests.Session() as http:
+            rollout = [(reply.status_code, reply.json()) for reply in (http.post(url + path, json=body, timeout=60) for path, body in ROLLOUT)]
+            ended = http.cookies.get_dict()
+            kill_owner(launcher, instance, ended)
+            replies = [(reply.status_code, reply.json()) for reply in (http.post(url + path, json=body, timeout=60) for path, body in NEXT_ROLLOUT)]
+            now = http.cookies.get_dict()
+    assert [status for status, _ in rollout] == [200, 200], rollout
+    assert replies[0][0] == 200, replies[0]
+    assert replies[1] == (200, {"count": 7})
+    assert session_id_of(now, instance) != session_id_of(ended, instance)

@@ -24,7 +24,7 @@ from starlette.requests import Request, cookie_parser
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.routing.owner import AmbiguousSession
 from nemo_gym.routing.worker import OWNER_KEY
-from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, read_token, token_serializer
+from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, read_token
 from tests.session_cookies import signed_session
 from tests.unit_tests.routing_workers import McpPathEchoServer, instances
 
@@ -34,12 +34,12 @@ ROUTER = SERVER.build_app(socket_dir="/nonexistent").app.app  # inside the metri
 APP = ROUTER.app  # what the router serves locally: SessionMiddleware and the routes
 OWNERS = ["a" * 16, "b" * 16]
 COOKIE = SERVER.session_cookie
-SERIALIZER = token_serializer(SERVER.secret)
+SERIALIZER = SERVER.tokens
 
-LOCAL_COOKIE = signed_session(SERVER.secret, {SESSION_ID_KEY: "s-local", OWNER_KEY: SERVER.worker_id})
+LOCAL_COOKIE = signed_session(SERVER.signing_key, {SESSION_ID_KEY: "s-local", OWNER_KEY: SERVER.worker_id})
 valid_cookies = st.sampled_from(
-    [signed_session(SERVER.secret, {SESSION_ID_KEY: f"s-{owner}", OWNER_KEY: owner}) for owner in OWNERS]
-    + [signed_session(SERVER.secret, {SESSION_ID_KEY: "s-adopted"}), LOCAL_COOKIE]
+    [signed_session(SERVER.signing_key, {SESSION_ID_KEY: f"s-{owner}", OWNER_KEY: owner}) for owner in OWNERS]
+    + [signed_session(SERVER.signing_key, {SESSION_ID_KEY: "s-adopted"}), LOCAL_COOKIE]
 )
 garbage = st.text(alphabet=st.characters(codec="latin-1", exclude_characters=";"), max_size=12)
 cookie_values = st.one_of(valid_cookies, garbage, st.just(""))

@@ -1,4 +1,5 @@
-"""The signing secret: made once per instance, atomically; an empty, short or unreadable one is refused."""
+"""The signing secret: made once per instance, atomically; an empty, short or unreadable one is refused; an instance
+signs with a key of its own, derived from the secret and its name."""
 
 from __future__ import annotations
 
@@ -6,12 +7,18 @@ import multiprocessing
 import os
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from itsdangerous import URLSafeSerializer
 
+from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
 from nemo_gym.config import ConfigError
 from nemo_gym.process import discovery
 from nemo_gym.process.launcher import LaunchError, Launcher
-from nemo_gym.sessions.secret import MIN_SECRET_BYTES, SecretError, session_secret
+from nemo_gym.sessions.cookie import SessionCookie
+from nemo_gym.sessions.secret import MIN_SECRET_BYTES, SecretError, instance_key, session_secret
+from nemo_gym.sessions.token import mint_token, read_token, token_serializer
 
 RACERS = 12
 RACES = 10
@@ -161,3 +168,20 @@ def test_a_new_secret_is_refused_in_a_directory_others_can_write(state):
     with pytest.raises(SecretError, match=f"the session secret directory {state / 'secrets'} can be written by other users"):
         session_secret("fresh")
     assert list((state / "secrets").iterdir()) == []
+
+
+def layers(secret: str, name: str) -> tuple[SessionCookie, URLSafeSerializer]:
+    """The cookie layer and token serializer of instance ``name``, as its server builds them."""
+    key = instance_key(secret, name)
+    return SessionCookie(None, secret_key=key, session_cookie=f"{name}_session"), token_serializer(key)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=12), st.text(max_size=12), st.text(min_size=32, max_size=40))
+def test_instances_that_share_a_secret_value_never_read_each_others_cookies_or_tokens(x, y, secret):
+    assume(x != y)
+    (x_cookies, x_tokens), (y_cookies, y_tokens) = layers(secret, x), layers(secret, y)
+    session = {SESSION_ID_KEY: "s", "nemo_gym_worker": "0123456789abcdef"}
+    cookie, token = x_cookies.signed(session), mint_token(x_tokens, "s", "0123456789abcdef")
+    assert (x_cookies.load(cookie), read_token(x_tokens, token)) == (session, session)
+    assert (y_cookies.load(cookie), read_token(y_tokens, token)) == (None, None)

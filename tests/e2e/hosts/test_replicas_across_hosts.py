@@ -20,6 +20,7 @@ import pytest
 
 from nemo_gym.server import REPLICA_RETRY_SECONDS
 from nemo_gym.sessions.cookie import session_cookie_name
+from nemo_gym.sessions.secret import instance_key
 from tests.e2e.hosts.conftest import PUBLIC_PORT
 from tests.hosts import CLIENT_MODULE, run_client
 from tests.session_cookies import session_of
@@ -62,7 +63,7 @@ def test_no_port_of_a_host_but_the_public_one_serves_a_request_from_outside_the_
 def owner_host(replicas, record: dict) -> str | None:
     """The name of the host whose address the session's signed cookie names (None: no host's)."""
     cookie = SimpleCookie(record["cookie"] or "").get(session_cookie_name(replicas.instance))
-    session = json.dumps(session_of(replicas.secret, cookie.value)) if cookie else ""
+    session = json.dumps(session_of(instance_key(replicas.secret, replicas.instance), cookie.value)) if cookie else ""
     return next((host.name for host in replicas.replicas if re.search(rf"(?<![\d.]){re.escape(host.address)}(?!\d)", session)), None)
 
 

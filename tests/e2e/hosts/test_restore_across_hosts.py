@@ -17,6 +17,7 @@ from collections import Counter
 from http.cookies import SimpleCookie
 
 from nemo_gym.sessions.cookie import session_cookie_name
+from nemo_gym.sessions.secret import instance_key
 from tests.e2e.hosts.conftest import COUNTER, PUBLIC_PORT, REPLICA_HOSTS, SESSION_SECRET, PEER_DEAD_AFTER_SECONDS, START_TIMEOUT_SECONDS, ReplicaSet, counter_config
 from tests.e2e.hosts.test_replicas_across_hosts import increments, owner_host, run_sessions, statuses
 from tests.hosts import Host, run_json, start_balancer, start_gym
@@ -45,7 +46,7 @@ def gym_sessions(host: Host, *args: str) -> str:
 
 
 def session_id(record: dict) -> str:
-    return session_of(SESSION_SECRET, SimpleCookie(record["cookie"]).get(session_cookie_name(COUNTER)).value)["session_id"]
+    return session_of(instance_key(SESSION_SECRET, COUNTER), SimpleCookie(record["cookie"]).get(session_cookie_name(COUNTER)).value)["session_id"]
 
 
 def owners(host: Host) -> dict[str, str | None]:

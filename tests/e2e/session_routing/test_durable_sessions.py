@@ -25,12 +25,14 @@ from nemo_gym.durable.applied import unwrap
 from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.openai_utils import new_response
 from nemo_gym.process.launcher import Launcher
+from nemo_gym.sessions.secret import instance_key
 from tests.e2e.session_routing.test_counter_routing import seed_all, worker_pid_of_owner
 from tests.session_cookies import cookie_owner, session_of
 
 COUNTER = "example_session_state_mgmt"
 COOKIE = f"{COUNTER}_session"
 SECRET = "durable-sessions-end-to-end-test-secret"
+KEY = instance_key(SECRET, COUNTER)  # what signs the counter's cookies
 EPISODES = 200
 
 
@@ -52,7 +54,7 @@ def rows(state_dir: Path) -> dict[str, tuple[str, int, str]]:
 
 
 def session_id_of(jar: dict[str, str]) -> str:
-    return session_of(SECRET, jar[COOKIE])["session_id"]
+    return session_of(KEY, jar[COOKIE])["session_id"]
 
 
 async def each_session(launcher: Launcher, jars: list[dict[str, str]], path: str, body) -> list[tuple[int, dict]]:

@@ -24,11 +24,11 @@ from nemo_gym.routing.owner import OwnerReader
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.token import token_serializer
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, THINK_SECONDS, Post, Reply
-from tests.e2e.session_routing.test_durable_sessions import COOKIE, COUNTER, SECRET, counter_config, kill, rows
+from tests.e2e.session_routing.test_durable_sessions import COOKIE, COUNTER, KEY, counter_config, kill, rows
 from tests.session_cookies import session_of
 
 SESSIONS = 24
-ROUTER_READING = OwnerReader({"secret_key": SECRET, "session_cookie": COOKIE}, token_serializer(SECRET))
+ROUTER_READING = OwnerReader({"secret_key": KEY, "session_cookie": COOKIE}, token_serializer(KEY))
 Request = Callable[[int], tuple[str, dict]]
 
 
@@ -53,7 +53,7 @@ def set_session(reply: Reply) -> dict | None:
     cookies = SimpleCookie()
     for header in reply.set_cookies:
         cookies.load(header)
-    return session_of(SECRET, cookies[COOKIE].value) if COOKIE in cookies else None
+    return session_of(KEY, cookies[COOKIE].value) if COOKIE in cookies else None
 
 
 async def each(posts: list[Post], request: Request) -> list[Reply]:

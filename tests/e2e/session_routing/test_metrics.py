@@ -21,7 +21,7 @@ import pytest
 from nemo_gym.openai_utils import new_response
 from nemo_gym.process.launcher import Launcher
 from nemo_gym.routing.worker import WORKER_HEADER
-from tests.e2e.session_routing.test_durable_sessions import COOKIE, COUNTER, SECRET, counter_config, kill, launch
+from tests.e2e.session_routing.test_durable_sessions import COOKIE, COUNTER, KEY, counter_config, kill, launch
 from tests.session_cookies import session_of
 from tests.unit_tests.metrics.scrape import samples, value
 
@@ -44,7 +44,7 @@ class Seen:
 
 
 def owner(cookie: str | None) -> str | None:
-    return None if cookie is None else session_of(SECRET, cookie).get("nemo_gym_worker")
+    return None if cookie is None else session_of(KEY, cookie).get("nemo_gym_worker")
 
 
 class Client:

@@ -27,6 +27,7 @@ from nemo_gym.routing.transport.unix import life_sockets
 from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.sessions.cookie import session_cookie_name
+from nemo_gym.sessions.secret import instance_key
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes
 from scripts.bench.haproxy import HAProxy
 from tests.session_cookies import session_of
@@ -39,6 +40,7 @@ EPISODES = 100
 CLIENT_NAMES = ["aiohttp_jar", "httpx_jar", "requests_session", "urllib_cookiejar", "replacing"]
 SECRET = secrets.token_urlsafe(32)
 COOKIE = session_cookie_name(NAME)
+KEY = instance_key(SECRET, NAME)
 
 
 @pytest.fixture(scope="module")
@@ -86,11 +88,11 @@ async def add_and_read(url: str, cookies: list[dict[str, str]], timeout: float =
 
 
 def replica_of_cookie(cookie: dict[str, str]) -> str:
-    return session_of(SECRET, cookie[COOKIE])[REPLICA_KEY]
+    return session_of(KEY, cookie[COOKIE])[REPLICA_KEY]
 
 
 def forwarding_of_cookie(cookie: dict[str, str]) -> str:
-    return forward_address(session_of(SECRET, cookie[COOKIE]))
+    return forward_address(session_of(KEY, cookie[COOKIE]))
 
 
 def replica_of_every_worker(launchers) -> dict[str, str]:
@@ -130,7 +132,7 @@ def test_every_episode_of_every_standard_client_keeps_its_count_through_round_ro
 def test_sessions_live_on_every_replica_and_every_worker(replica_set):
     """Round robin spreads new sessions: the episodes above crossed hosts, not one replica's workers."""
     launchers, url = replica_set
-    owners = [session_of(SECRET, cookie[COOKIE]) for cookie in asyncio.run(seed(url, 60))]
+    owners = [session_of(KEY, cookie[COOKIE]) for cookie in asyncio.run(seed(url, 60))]
     assert len({owner[REPLICA_KEY] for owner in owners}) == REPLICAS
     assert len({(owner[REPLICA_KEY], owner[OWNER_KEY]) for owner in owners}) == REPLICAS * WORKERS
 
@@ -147,7 +149,7 @@ def test_gyms_client_sends_each_session_to_its_owner_replica_and_crosses_no_host
             for start in range(60):
                 reply = await pool.request(shared, NAME, None, "POST", f"{url}/seed_session", json={"initial_count": start})
                 cookie = reply.cookies[COOKIE].value
-                owner = session_of(SECRET, cookie)
+                owner = session_of(KEY, cookie)
                 for _ in range(3):
                     reply = await pool.request(
                         shared, NAME, cookie, "POST", f"{url}/increment_counter", json={"count": 1}, headers={"Cookie": f"{COOKIE}={cookie}"}
@@ -179,7 +181,7 @@ def test_gyms_client_given_the_replicas_spreads_new_sessions_evenly_and_sends_ea
             for start in range(60):
                 reply = await client.post(NAME, "/seed_session", json={"initial_count": start})
                 cookie = reply.cookies[COOKIE].value
-                owner = session_of(SECRET, cookie)
+                owner = session_of(KEY, cookie)
                 started.append(owner[REPLICA_KEY])
                 for path in ("/increment_counter", "/increment_counter", "/get_counter_value"):
                     reply = await client.post(NAME, path, json={"count": 1} if path == "/increment_counter" else {}, cookies={COOKIE: cookie})
@@ -203,7 +205,7 @@ def test_hostile_requests_to_a_forwarding_port_get_401_and_are_never_handled(rep
     [cookie] = asyncio.run(seed(launchers[0].instances[NAME].url, 1, start=10))
     forward = f"http://{forwarding_of_cookie(cookie)}"
     now = int(time.time())
-    worker = session_of(SECRET, cookie[COOKIE])[OWNER_KEY]
+    worker = session_of(KEY, cookie[COOKIE])[OWNER_KEY]
     hostile = {
         "none": {},
         "forged": {"X-NeMo-Gym-Replica-Auth": f"{now} {worker} {'0' * 64}"},

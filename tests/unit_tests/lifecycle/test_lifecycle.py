@@ -13,6 +13,7 @@ from fastapi import Request
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse
 from nemo_gym.lifecycle.registry import EndReason
+from nemo_gym.routing.worker import OWNER_KEY
 from tests.session_cookies import signed_session
 from tests.unit_tests.routing_workers import EchoServer, new_session, two_workers
 
@@ -94,6 +95,20 @@ async def test_verify_ends_the_session_through_the_hook_and_a_seed_with_its_cook
         assert status == 200 and session_id(fresh) != session_id(body)
 
 
+async def test_a_seed_starts_a_new_session_whatever_its_cookie_names_and_leaves_a_live_one_as_it_is():
+    async with two_workers(HookedServer) as (a, b, caller):
+        live = await new_session(caller, a)
+        _, before = await echo(caller, a, live)
+        not_a_worker = {a.server.session_cookie: signed_session(a.server.signing_key, {SESSION_ID_KEY: "s", OWNER_KEY: "not a worker"})}
+        for cookies in (live, not_a_worker):
+            for worker in (a, b):
+                seeded = await caller.post(worker, "/seed_session", cookies, json={})
+                assert seeded.status == 200, await seeded.text()
+                status, body = await echo(caller, worker, {key: morsel.value for key, morsel in seeded.cookies.items()})
+                assert status == 200 and session_id(body) not in (session_id(before), "s")
+        assert (await echo(caller, b, live))[0] == 200
+
+
 async def test_an_idle_session_ends_once_as_idle_and_a_busy_one_does_not():
     async with two_workers(HookedServer, session_idle_timeout_seconds=0.6) as (a, b, caller):
         idle, busy = await new_session(caller, a), await new_session(caller, b)
@@ -128,3 +143,20 @@ async def test_liveness_and_metrics_paths_start_no_session_and_count_toward_no_c
             assert (await caller.http.get(a.url + "/")).status == 200
         assert (await caller.post(a, "/increment")).status == 200
         assert len(a.server.lifecycle.registry) == 1
+
+
+STRAY_PATHS = ("/healthz", "/favicon.ico", "/robots.txt", "/metrics/")
+
+
+async def test_stray_requests_to_routes_that_do_not_exist_start_no_session_so_max_sessions_seeds_all_get_200():
+    """20 cookieless requests that 404 and one that 405, over both workers, leave the cap whole for real seeds."""
+    async with two_workers(HookedServer, max_sessions=8) as (a, b, caller):
+        for number in range(20):
+            stray = await caller.http.get((a, b)[number % 2].url + STRAY_PATHS[number % len(STRAY_PATHS)])
+            assert stray.status == 404, await stray.text()
+        wrong_method = await caller.http.get(b.url + "/seed_session")
+        assert wrong_method.status == 405, await wrong_method.text()
+        seeds = [await caller.post((a, b)[number % 2], "/seed_session", json={}) for number in range(8)]
+        assert [seed.status for seed in seeds] == [200] * 8, [await seed.text() for seed in seeds]
+        over = await caller.post(a, "/seed_session", json={})
+        assert over.status == 503 and "max_sessions (8)" in (await over.json())["detail"]

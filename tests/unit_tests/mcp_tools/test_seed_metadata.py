@@ -8,7 +8,7 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
 from nemo_gym.routing.worker import OWNER_KEY, is_worker_id
 from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir
-from nemo_gym.sessions.token import TOKEN_HEADER, read_token, token_serializer
+from nemo_gym.sessions.token import TOKEN_HEADER, read_token
 from resources_servers.example_session_state_mgmt.app import CounterServer
 from tests.unit_tests.mcp_tools.mcp_servers import NAME, SessionEchoServer, http_client, make_server, seed, serving
 
@@ -23,7 +23,7 @@ async def test_seed_session_replies_carry_the_mcp_metadata_without_the_handler_c
     assert set(mcp) == {"server_name", "url_path", "transport", "headers"}
     assert (mcp["server_name"], mcp["url_path"], mcp["transport"]) == (NAME, "/mcp", "http")
     assert set(mcp["headers"]) == {TOKEN_HEADER}
-    assert read_token(token_serializer(server.secret), mcp["headers"][TOKEN_HEADER]) is not None
+    assert read_token(server.tokens, mcp["headers"][TOKEN_HEADER]) is not None
 
 
 @pytest.mark.anyio
@@ -34,7 +34,7 @@ async def test_a_single_worker_server_mints_tokens_without_an_owner():
         session_id = (await client.post(NAME, "/echo", json={"text": "who"}, cookies=cookies)).body["session_id"]
 
     assert server.worker_id is None
-    assert read_token(token_serializer(server.secret), mcp["headers"][TOKEN_HEADER]) == {SESSION_ID_KEY: session_id}
+    assert read_token(server.tokens, mcp["headers"][TOKEN_HEADER]) == {SESSION_ID_KEY: session_id}
 
 
 @pytest.mark.anyio
@@ -50,7 +50,7 @@ async def test_a_multi_worker_server_puts_this_workers_id_in_the_token():
     finally:
         remove_socket_dir(socket_dir)
 
-    payload = read_token(token_serializer(server.secret), mcp["headers"][TOKEN_HEADER])
+    payload = read_token(server.tokens, mcp["headers"][TOKEN_HEADER])
     assert is_worker_id(server.worker_id)
     assert payload[OWNER_KEY] == server.worker_id
 

@@ -63,7 +63,7 @@ async def test_a_forward_is_counted_once_under_its_hop_with_its_duration(pair):
 
 async def test_replies_are_counted_by_status_on_the_receiving_worker(pair):
     a, b, caller = pair
-    gone = signed_session(a.server.secret, {SESSION_ID_KEY: "of-a-dead-worker", OWNER_KEY: "0123456789abcdef"})
+    gone = signed_session(a.server.signing_key, {SESSION_ID_KEY: "of-a-dead-worker", OWNER_KEY: "0123456789abcdef"})
     response = await caller.post(b, "/increment", {a.server.session_cookie: gone})
     assert response.status == 410
     missing = await caller.post(b, "/no_such_tool")

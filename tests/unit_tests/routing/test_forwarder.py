@@ -97,7 +97,7 @@ class FailingAfterReplyServer(EchoServer):
 def cookies_of(worker: Worker, owner: str) -> dict[str, str]:
     """A session cookie naming ``owner``, signed as ``worker``'s server signs it."""
     session = {SESSION_ID_KEY: new_worker_id(), OWNER_KEY: owner}
-    return {worker.server.session_cookie: signed_session(worker.server.secret, session)}
+    return {worker.server.session_cookie: signed_session(worker.server.signing_key, session)}
 
 
 @pytest.mark.parametrize("client", STANDARD_CLIENTS)
@@ -290,7 +290,7 @@ async def test_streamed_request_body_and_streamed_reply_cross_the_hop_intact(pai
 async def test_caller_disconnect_cancels_the_owner_handler(pair):
     a, b, caller = pair
     cookies = await new_session(caller, a)
-    session_id = session_of(a.server.secret, cookies[a.server.session_cookie])[SESSION_ID_KEY]
+    session_id = session_of(a.server.signing_key, cookies[a.server.session_cookie])[SESSION_ID_KEY]
     request = asyncio.ensure_future(caller.post(b, "/hang", cookies))
     await asyncio.sleep(0.5)
     request.cancel()  # the caller goes away mid-request
@@ -324,7 +324,7 @@ async def test_live_owner_that_takes_no_connection_gets_503_with_retry_after_nev
 async def test_busy_owner_keeps_its_pooled_connections_and_requests_in_flight(pair):
     a, b, caller = pair
     cookies = await new_session(caller, a)
-    session_id = session_of(a.server.secret, cookies[a.server.session_cookie])[SESSION_ID_KEY]
+    session_id = session_of(a.server.signing_key, cookies[a.server.session_cookie])[SESSION_ID_KEY]
     in_flight = asyncio.ensure_future(caller.post(b, "/hang", cookies))  # holds b's pooled connection to a
     await asyncio.sleep(0.3)
     pool = b.server.transport.pools[a.server.worker_id]

@@ -38,8 +38,8 @@ async def test_garbage_cookie_is_handled_locally(pair):
 async def test_mcp_token_minted_on_one_worker_routes_a_cookieless_request_to_it(pair):
     a, b, caller = pair
     cookies = await new_session(caller, a)
-    session_id = session_of(a.server.secret, cookies[a.server.session_cookie])[SESSION_ID_KEY]
-    token = mint_token(token_serializer(a.server.secret), session_id, a.server.worker_id)
+    session_id = session_of(a.server.signing_key, cookies[a.server.session_cookie])[SESSION_ID_KEY]
+    token = mint_token(a.server.tokens, session_id, a.server.worker_id)
     response = await caller.post(b, "/mcp/echo", headers={TOKEN_HEADER: token})
     assert response.status == 404  # no MCP endpoint on this server, but the owner answered
     body = await (await caller.post(b, "/echo/x", headers={TOKEN_HEADER: token})).json()
@@ -48,7 +48,7 @@ async def test_mcp_token_minted_on_one_worker_routes_a_cookieless_request_to_it(
 
 async def test_mcp_token_without_owner_is_handled_locally(pair):
     a, b, caller = pair
-    token = mint_token(token_serializer(a.server.secret), "s", None)
+    token = mint_token(a.server.tokens, "s", None)
     body = await (await caller.post(b, "/echo/x", headers={TOKEN_HEADER: token})).json()
     assert body["worker"] == b.server.worker_id
 
@@ -64,7 +64,7 @@ async def test_badly_signed_mcp_token_is_handled_locally(pair):
 async def test_on_the_mcp_path_the_token_outranks_the_cookie_and_elsewhere_the_cookie_does():
     async with two_workers(McpPathEchoServer) as (a, b, caller):
         cookies_of_b = await new_session(caller, b)
-        token_of_a = mint_token(token_serializer(a.server.secret), "s", a.server.worker_id)
+        token_of_a = mint_token(a.server.tokens, "s", a.server.worker_id)
         both = {"cookies": cookies_of_b, "headers": {TOKEN_HEADER: token_of_a}}
         assert (await (await caller.post(b, "/mcp/x", **both)).json())["worker"] == a.server.worker_id
         assert (await (await caller.post(a, "/echo/x", **both)).json())["worker"] == b.server.worker_id
@@ -111,7 +111,7 @@ async def test_session_cookie_outside_the_first_cookie_header_gets_400(pair):
 
 async def test_two_different_mcp_tokens_get_400_naming_the_token_header(pair):
     a, b, caller = pair
-    serializer = token_serializer(a.server.secret)
+    serializer = a.server.tokens
     tokens = [mint_token(serializer, "s1", a.server.worker_id), mint_token(serializer, "s2", b.server.worker_id)]
     response = await caller.post(b, "/echo/x", headers=[(TOKEN_HEADER, token) for token in tokens])
     assert response.status == 400
@@ -138,5 +138,5 @@ async def test_a_503_for_a_busy_owner_sets_the_session_cookie_so_a_client_that_r
     b.server.forwarder.busy_wait_seconds = 0.5
     with unreachable(b, a):
         cookies = await read_reply(caller, b, cookies)  # the client's own reading of the 503's Set-Cookie, replacing its cookies
-    assert session_of(a.server.secret, cookies[a.server.session_cookie])[OWNER_KEY] == a.server.worker_id
+    assert session_of(a.server.signing_key, cookies[a.server.session_cookie])[OWNER_KEY] == a.server.worker_id
     assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -23,6 +24,10 @@ from dataclasses import dataclass
 
 import aiohttp
 import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client.owner_pool import OwnerPool
@@ -34,7 +39,7 @@ from nemo_gym.routing.transport.base import Transport
 from nemo_gym.routing.transport.credentials import AUTH_HEADER, WINDOW_SECONDS, ReplicaCredentials
 from nemo_gym.routing.transport.tcp import USER_TIMEOUT_SECONDS, claim_forward_port
 from nemo_gym.routing.worker import OWNER_KEY
-from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, token_serializer
+from nemo_gym.sessions.token import TOKEN_HEADER, mint_token
 from tests.e2e.test_input_limits import read_reply
 from tests.session_cookies import session_of, signed_session
 from resources_servers.example_session_state_mgmt.app import CounterServer
@@ -64,10 +69,11 @@ class Replica:
 
 @contextlib.asynccontextmanager
 async def replica_set(
-    count: int = 2, workers: int = 2, server_class: type = EchoServer, **settings
+    count: int = 2, workers: int = 2, server_class: type = EchoServer, secret: str | None = None, **settings
 ) -> AsyncIterator[tuple[list[Replica], Caller]]:
+    """``secret``: the set's session_secret (default: one of its own)."""
     name = f"echo_{uuid.uuid4().hex[:8]}"
-    secret = secrets.token_urlsafe(32)
+    secret = secret or secrets.token_urlsafe(32)
     replicas: list[Replica] = []
     caller = Caller()
     try:
@@ -100,7 +106,7 @@ async def two_replicas():
 
 
 def session(worker: Worker, cookies: dict[str, str]) -> dict:
-    return session_of(worker.server.secret, cookies[worker.server.session_cookie])
+    return session_of(worker.server.signing_key, cookies[worker.server.session_cookie])
 
 
 async def count_of(caller: Caller, worker: Worker, cookies: dict[str, str]) -> int:
@@ -148,9 +154,40 @@ async def test_an_mcp_token_alone_reaches_its_owner_on_another_replica(two_repli
     a1 = r1.workers[0]
     cookies = await new_session(caller, a1)
     session_id = session(a1, cookies)[SESSION_ID_KEY]
-    token = mint_token(token_serializer(a1.server.secret), session_id, a1.server.worker_id, a1.server.replica_keys)
+    token = mint_token(a1.server.tokens, session_id, a1.server.worker_id, a1.server.replica_keys)
     response = await caller.post(r2.workers[1], "/echo/x", headers={TOKEN_HEADER: token})
     assert (await response.json())["worker"] == a1.server.worker_id
+
+
+async def test_a_token_of_another_instance_that_shares_the_secret_value_is_refused_not_served_by_its_owner():
+    """Two instances (replica sets of one replica), one session_secret value: X's MCP token, sent to Y's /mcp, is not
+    forwarded to X's forwarding port and served with X's session, but refused; at X itself it serves X's session."""
+    secret = secrets.token_urlsafe(32)
+    settings = {"server_class": CounterServer, "count": 1, "secret": secret, "expose_tools_over_mcp": True}
+    async with replica_set(**settings) as ([x], caller), replica_set(**settings) as ([y], _):
+        seeded = await caller.post(x.workers[0], "/seed_session", json={"initial_count": 100})
+        assert seeded.status == 200, await seeded.text()
+        token = (await seeded.json())["mcp"]["headers"][TOKEN_HEADER]
+        assert await counter_over_mcp(x.workers[1], token) == 100
+        for worker in y.workers:
+            refusal = await counter_over_mcp(worker, token)
+            assert f"not a session token signed by {y.workers[0].server.name}" in refusal
+
+
+async def counter_over_mcp(worker: Worker, token: str) -> int | str:
+    """The counter of the token's session, read with the official MCP client through ``worker``; or the refusal."""
+    async with (
+        create_mcp_http_client(headers={TOKEN_HEADER: token}) as http,
+        streamable_http_client(worker.url + "/mcp", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        try:
+            result = await session.call_tool("get_counter_value", {})
+        except MCPError as refusal:
+            return str(refusal)
+    assert not result.is_error, result
+    return json.loads(result.content[0].text)["count"]
 
 
 async def test_a_streamed_body_and_reply_cross_replicas_whole(two_replicas):
@@ -423,7 +460,7 @@ async def test_a_silent_replica_gets_503_with_retry_after_until_peer_dead_after_
             silent = f"127.0.0.1:{listener.getsockname()[1]}"
             owner = "c" * 16
             named = {SESSION_ID_KEY: "s-silent", OWNER_KEY: owner, REPLICA_KEY: "127.0.0.1:1", FORWARD_PORT_KEY: listener.getsockname()[1]}
-            cookie = signed_session(a1.server.secret, named)
+            cookie = signed_session(a1.server.signing_key, named)
             statuses = []
             async with asyncio.timeout(60):
                 while not statuses or statuses[-1] == 503:
@@ -458,7 +495,7 @@ async def test_a_request_a_replica_stops_acknowledging_gets_503_with_retry_after
         with unacknowledging_listener() as listener:
             address = f"127.0.0.1:{listener.getsockname()[1]}"
             named = {SESSION_ID_KEY: "s-unacknowledged", OWNER_KEY: "d" * 16, REPLICA_KEY: "127.0.0.1:1", FORWARD_PORT_KEY: listener.getsockname()[1]}
-            cookie = signed_session(a1.server.secret, named)
+            cookie = signed_session(a1.server.signing_key, named)
             async with asyncio.timeout(60):
                 response = await caller.post(a1, "/increment", {a1.server.session_cookie: cookie}, data=b"x" * (1 << 20))
                 body = await response.json()

@@ -54,7 +54,7 @@ async def test_forwarded_reply_that_changes_the_session_carries_only_the_owners_
     [cookie] = set_cookies(response)
     name, _, value = cookie.partition(";")[0].partition("=")
     assert name == a.server.session_cookie
-    assert session_of(a.server.secret, value)["touched_by"] == a.server.worker_id
+    assert session_of(a.server.signing_key, value)["touched_by"] == a.server.worker_id
 
 
 async def test_session_of_a_worker_that_shut_down_gets_410(pair):
@@ -92,13 +92,13 @@ async def test_cookie_minted_before_a_restart_gets_410():
 
 async def test_single_worker_cookie_is_adopted(pair):
     a, b, caller = pair
-    cookie = signed_session(a.server.secret, {SESSION_ID_KEY: "from-one-worker"})
+    cookie = signed_session(a.server.signing_key, {SESSION_ID_KEY: "from-one-worker"})
     response = await caller.post(b, "/echo/x", {a.server.session_cookie: cookie})
     body = await response.json()
     assert body["worker"] == b.server.worker_id
     assert body["session_id"] == "from-one-worker"
     stamped = {key: morsel.value for key, morsel in response.cookies.items()}
-    assert session_of(b.server.secret, stamped[b.server.session_cookie]) == {
+    assert session_of(b.server.signing_key, stamped[b.server.session_cookie]) == {
         SESSION_ID_KEY: "from-one-worker",
         OWNER_KEY: b.server.worker_id,
     }
@@ -111,7 +111,7 @@ async def test_single_worker_server_has_no_routing():
         assert worker.server.worker_id is None and worker.server.transport is None
         response = await caller.post(worker, "/echo/x")
         cookies = {key: morsel.value for key, morsel in response.cookies.items()}
-        assert OWNER_KEY not in session_of(worker.server.secret, cookies[worker.server.session_cookie])
+        assert OWNER_KEY not in session_of(worker.server.signing_key, cookies[worker.server.session_cookie])
         assert isinstance(worker.app.app.app.app, CancelOnDisconnect)  # no router: metrics, body limit, served here, the app
     finally:
         await caller.close()
@@ -130,7 +130,7 @@ async def test_forged_owner_cannot_escape_the_socket_directory(pair):
     a, b, caller = pair
     outside = tempfile.mkdtemp(prefix="ngw-outside-", dir="/tmp")
     for owner in ("../" + os.path.basename(outside) + "/x", "/tmp/x", "A" * 16, 42):
-        cookie = signed_session(a.server.secret, {SESSION_ID_KEY: "s", OWNER_KEY: owner})
+        cookie = signed_session(a.server.signing_key, {SESSION_ID_KEY: "s", OWNER_KEY: owner})
         response = await caller.post(b, "/echo/x", {a.server.session_cookie: cookie})
         assert response.status == 400, owner
         assert "owner" in (await response.json())["detail"]
@@ -180,7 +180,7 @@ def router_of(worker: Worker) -> SessionRouter:
 
 async def session_of_a_dead_owner(caller: Caller, a: Worker) -> tuple[dict[str, str], str]:
     cookies = await new_session(caller, a)
-    session_id = session_of(a.server.secret, cookies[a.server.session_cookie])[SESSION_ID_KEY]
+    session_id = session_of(a.server.signing_key, cookies[a.server.session_cookie])[SESSION_ID_KEY]
     await a.stop()
     return cookies, session_id
 
@@ -216,7 +216,7 @@ async def test_for_a_dead_owner_the_router_sends_the_policys_reply_with_the_sess
     [cookie] = set_cookies(response)
     name, _, value = cookie.partition(";")[0].partition("=")
     assert name == b.server.session_cookie
-    assert session_of(b.server.secret, value) == session_of(b.server.secret, cookies[name])  # re-signed, the same session
+    assert session_of(b.server.signing_key, value) == session_of(b.server.signing_key, cookies[name])  # re-signed, the same session
 
 
 async def test_a_dead_owners_request_has_its_cookie_read_once(pair, monkeypatch):
