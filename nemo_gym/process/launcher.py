@@ -135,8 +135,9 @@ class Launcher:
             raise LaunchError(f"servers {sorted(i.name for i in replicated)} ask for num_replicas above 1, which needs a Ray cluster: set {RAY_HEAD_NODE_ADDRESS_KEY_NAME}")
         if not replicated and (address or not any(i.needs_ray for i in self.instances.values())):
             return
-        # ray.init puts its own SIGTERM handler (sys.exit(15)) in place of the main thread's: this process's
-        # own (gym env start's stop) is put back, so that SIGTERM stops it as it did before it joined.
+        # ray.init puts Ray's SIGTERM handlers in place of this process's: its Python one exits 15, and its
+        # C++ failure handler (the first to get the signal) has the process aborted 3 s later, stopped or
+        # not. This process's own (gym env start's stop) is put back, so that SIGTERM stops what it started.
         handler = signal.getsignal(signal.SIGTERM)
         self.settings[RAY_HEAD_NODE_ADDRESS_KEY_NAME], _ = join(address, "gym env start")
         self.ray_connected = True

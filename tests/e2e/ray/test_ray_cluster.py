@@ -1,12 +1,12 @@
 """Gym on a real 3-node Ray cluster (tests/e2e/ray/conftest.py): upstream's Ray servers unchanged, and
 replicas placed one per node (issue 22).
 
-Two ``gym env start`` runs on h1, each with ``ray_head_node_address`` the cluster's head. The first
+Three ``gym env start`` runs on h1, each with ``ray_head_node_address`` the cluster's head. The first
 serves the upstream-style Ray server at 4 workers and the counter stack, the counter with
 ``num_replicas: 3, num_workers: 2``; it is stopped with SIGTERM. The second serves only the counter's
 replicas, behind HAProxy round robin on the client host; one node is killed under it, then its
 launcher is SIGKILLed. A third serves two replicas of the counter; one of their nodes is SIGKILLed, then
-its launcher is SIGTERMed. Either way nothing the launcher started is left on any node within the bound
+its launcher is SIGTERMed. Each way nothing the launcher started is left on any node within the bound
 (every process that was new on a node while it ran, by PID), and a SIGTERMed launcher exits 0.
 """
 
