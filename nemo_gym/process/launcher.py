@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from glob import escape as glob_escape
@@ -134,8 +135,14 @@ class Launcher:
             raise LaunchError(f"servers {sorted(i.name for i in replicated)} ask for num_replicas above 1, which needs a Ray cluster: set {RAY_HEAD_NODE_ADDRESS_KEY_NAME}")
         if not replicated and (address or not any(i.needs_ray for i in self.instances.values())):
             return
+        # ray.init puts Ray's SIGTERM handlers in place of this process's: its Python one exits 15, and its
+        # C++ failure handler (the first to get the signal) has the process aborted 3 s later, stopped or
+        # not. This process's own (gym env start's stop) is put back, so that SIGTERM stops what it started.
+        handler = signal.getsignal(signal.SIGTERM)
         self.settings[RAY_HEAD_NODE_ADDRESS_KEY_NAME], _ = join(address, "gym env start")
         self.ray_connected = True
+        if handler is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, handler)
 
     def _place_replicas(self, env: dict[str, str], timeout: float) -> None:
         """Each instance with ``num_replicas`` above 1: its replicas on as many nodes, serving before anything

@@ -84,7 +84,7 @@ def test_gym_env_start_starts_one_local_cluster_for_a_ray_server_whose_workers_a
         started = descendants(gym.pid)
         assert len(gcs_servers(started)) == 1
         gym.send_signal(signal.SIGTERM)
-        gym.wait(timeout=STOP_SECONDS)
+        assert gym.wait(timeout=STOP_SECONDS) == 0, (tmp_path / "gym.log").read_text(errors="replace")[-3000:]
         deadline = time.monotonic() + STOP_SECONDS
         while (left := {pid for pid in started if Path(f"/proc/{pid}").exists()}) and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -1,11 +1,13 @@
 """Gym on a real 3-node Ray cluster (tests/e2e/ray/conftest.py): upstream's Ray servers unchanged, and
 replicas placed one per node (issue 22).
 
-Two ``gym env start`` runs on h1, each with ``ray_head_node_address`` the cluster's head. The first
+Three ``gym env start`` runs on h1, each with ``ray_head_node_address`` the cluster's head. The first
 serves the upstream-style Ray server at 4 workers and the counter stack, the counter with
 ``num_replicas: 3, num_workers: 2``; it is stopped with SIGTERM. The second serves only the counter's
 replicas, behind HAProxy round robin on the client host; one node is killed under it, then its
-launcher is SIGKILLed. Either way nothing of the project is left on any node within the bound.
+launcher is SIGKILLed. A third serves two replicas of the counter; one of their nodes is SIGKILLed, then
+its launcher is SIGTERMed. Each way nothing the launcher started is left on any node within the bound
+(every process that was new on a node while it ran, by PID), and a SIGTERMed launcher exits 0.
 """
 
 from __future__ import annotations
@@ -17,16 +19,18 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.env import EXTRA_ROOTS_ENV
+from nemo_gym.process.launcher import children
 from tests.e2e.hosts.conftest import ReplicaSet
 from tests.e2e.hosts.test_replicas_across_hosts import assert_lost_and_kept, run_until_dead
 from tests.e2e.ray.conftest import RayCluster
-from tests.hosts import Host, run_client, run_json, run_python, start_balancer, start_gym
+from tests.hosts import is_running, tail, run_client, run_json, run_python, start_balancer, start_gym
 
 UPSTREAM_STYLE = REPO_ROOT / "tests" / "upstream_style"
 COUNTER_ROWS = REPO_ROOT / "resources_servers" / "example_session_state_mgmt" / "data" / "example.jsonl"
@@ -70,17 +74,46 @@ def stack_config(cluster: RayCluster) -> dict:
 class Gym:
     cluster: RayCluster
     process: subprocess.Popen
+    # Each node's processes before this launcher started: any other process there since is its doing.
+    before: dict[str, set[int]]
 
-    def stop(self, signum: int) -> None:
+    def started(self) -> dict[str, set[int]]:
+        """The processes of each node that this launcher's start and run made (by PID), running now: every
+        process new there but the raylet's idle pool (``pool_worker``)."""
+        started = {}
+        for node in self.cluster.nodes:
+            new = node.processes() - self.before[node.name]
+            started[node.name] = {pid for pid in new if not pool_worker(pid, self.before[node.name])}
+        return started
+
+    def log(self) -> str:
+        return tail(self.cluster.nodes[0].path("/tmp/gym.log"), 20)
+
+    def stop(self, signum: int) -> dict[str, set[int]]:
+        """Stop it with ``signum``: what it had started then, by node."""
+        started = self.started()
         if self.process.poll() is None:
             self.process.send_signal(signum)
         self.process.wait(timeout=STOP_BOUND_SECONDS + STOP_SLACK_SECONDS)
+        return started
+
+
+def pool_worker(pid: int, before: set[int]) -> bool:
+    """A worker the raylet (a process from ``before``) keeps in its pool for no job (``RAY_JOB_ID`` nil:
+    not for this launcher's or any other driver), running nothing of its own: it outlives every job."""
+    try:
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        no_job = b"RAY_JOB_ID=ffffffff" in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return parent in before and no_job and not children(pid)
 
 
 def start(cluster: RayCluster, config: dict) -> Iterator[Gym]:
     env = {**cluster.env, EXTRA_ROOTS_ENV: str(UPSTREAM_STYLE)}
+    before = {node.name: node.processes() for node in cluster.nodes}
     (process,) = start_gym([(cluster.nodes[0], config)], START_TIMEOUT_SECONDS, env)
-    gym = Gym(cluster, process)
+    gym = Gym(cluster, process, before)
     try:
         yield gym
     finally:
@@ -106,27 +139,29 @@ def replicas(cluster: RayCluster) -> Iterator[ReplicaSet]:
         yield replica_set
 
 
-def project_processes(host: Host) -> dict[int, str]:
-    """The processes of this project on ``host``: Gym's (its modules on their command line) and the replicas' actors."""
-    found = {}
-    for pid in host.processes():
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "nemo_gym" in command or "ReplicaNode" in command:
-            found[pid] = command
-    return found
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
-def left_after_stop(hosts: list[Host]) -> dict[str, dict[int, str]]:
-    """What of the project still runs on ``hosts`` once the bound (and its slack) is over; {} as soon as nothing does."""
+def left_after_stop(started: dict[str, set[int]]) -> dict[str, dict[int, str]]:
+    """Which of ``started`` (PIDs by node) still run once the bound (and its slack) is over, with their
+    command lines; {} as soon as none does."""
     deadline = time.monotonic() + STOP_BOUND_SECONDS + STOP_SLACK_SECONDS
     while True:
-        left = {host.name: processes for host in hosts if (processes := project_processes(host))}
+        left = {name: {pid: command_line(pid) for pid in pids if is_running(pid)} for name, pids in started.items()}
+        left = {name: running for name, running in left.items() if running}
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
+
+
+def replica_hosts(gym: Gym) -> list[str]:
+    """The addresses of the nodes the head endpoint lists the counter's replicas on."""
+    code = "import json; from nemo_gym.process.head import fetch_instances; print(json.dumps(fetch_instances('http://127.0.0.1:11000')['counter'].settings['replicas']))"
+    return [urlsplit(url).hostname for url in run_json(gym.cluster.nodes[0], ["-c", code], 60)]
 
 
 def test_an_upstream_style_server_checking_answers_in_ray_tasks_scores_every_session_at_four_workers_on_three_nodes(stack):
@@ -175,10 +210,35 @@ def test_more_replicas_than_the_cluster_has_nodes_fail_the_start_naming_how_many
     assert "counter: num_replicas 4 needs 4 nodes of the Ray cluster, one per replica; it has 3 alive" in err
 
 
-def test_gym_env_start_stopped_with_sigterm_leaves_no_project_process_on_any_node(stack):
-    assert all(project_processes(node) for node in stack.cluster.nodes), "every node runs a replica"
-    stack.stop(signal.SIGTERM)
-    assert left_after_stop(stack.cluster.nodes) == {}
+def test_gym_env_start_stopped_with_sigterm_exits_0_leaving_no_process_it_started_on_any_node(stack):
+    assert all(stack.started().values()), "every node runs a replica"
+    left = left_after_stop(stack.stop(signal.SIGTERM))
+    assert (stack.process.returncode, left) == (0, {}), (left, stack.log())
+
+
+# A launcher joined to the cluster (as `gym env start` with replicas), SIGTERMed, alive well past the 3 s after
+# which Ray's own SIGTERM handler (absl's failure handler, installed by ray.init) has the process aborted.
+JOINED_LAUNCHER_SIGTERMED = """
+import os, signal, sys, threading, time
+from nemo_gym import config as gym_config
+from nemo_gym.process.launcher import Launcher
+stopping = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+instances = gym_config.parse({"counter": {"resources_servers": {"example_session_state_mgmt": {"num_replicas": 2}}}}, check_ports=False)
+launcher = Launcher(instances, None, settings={"ray_head_node_address": sys.argv[1]})
+launcher._connect_ray()
+os.kill(os.getpid(), signal.SIGTERM)
+stopping.wait(60)
+time.sleep(6)
+launcher.stop()
+print("stopped", flush=True)
+"""
+
+
+def test_a_launcher_joined_to_the_cluster_stops_on_sigterm_by_its_own_handler_and_exits_0(cluster):
+    process = cluster.nodes[0].python("-c", JOINED_LAUNCHER_SIGTERMED, cluster.address, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = process.communicate(timeout=RUN_TIMEOUT_SECONDS)
+    assert (process.returncode, out) == (0, "stopped\n"), err[-3000:]
 
 
 def test_a_killed_nodes_sessions_get_410_naming_it_and_every_other_session_keeps_its_count(replicas):
@@ -188,8 +248,20 @@ def test_a_killed_nodes_sessions_get_410_naming_it_and_every_other_session_keeps
     assert_lost_and_kept(replicas, records, killed, r"(503 )*410 ")
 
 
-def test_gym_env_start_sigkilled_leaves_no_project_process_on_the_nodes_left(replicas):
-    alive = replicas.replicas[:2]
-    assert all(project_processes(node) for node in alive), "the nodes left run their replicas"
-    replicas.gym.stop(signal.SIGKILL)
-    assert left_after_stop(alive) == {}
+def test_gym_env_start_sigkilled_leaves_no_process_it_started_on_the_nodes_left(replicas):
+    started = replicas.gym.started()
+    assert all(started[node.name] for node in replicas.replicas[:2]), "the nodes left run their replicas"
+    left = left_after_stop(replicas.gym.stop(signal.SIGKILL))
+    assert left == {}, left
+
+
+def test_gym_env_start_sigtermed_after_one_of_its_replicas_nodes_was_sigkilled_exits_0_leaving_no_process_it_started(cluster):
+    settings = {**counter_settings(), "num_replicas": 2, "num_workers": 1}
+    for gym in start(cluster, {"ray_head_node_address": cluster.address, COUNTER: {"resources_servers": {"example_session_state_mgmt": settings}}}):
+        lost = next(node for node in cluster.nodes[1:] if node.address in replica_hosts(gym))
+        started = gym.started()
+        lost.kill()
+        assert lost.processes() == set()
+        gym.stop(signal.SIGTERM)
+        left = left_after_stop(started)
+        assert (gym.process.returncode, left) == (0, {}), (left, gym.log())
