@@ -8,6 +8,8 @@ argument), the way an agent threading many sessions must. A call whose session c
 worker goes on a connection to that worker (``nemo_gym.client.owner_pool``), so it needs no hop; in a
 replica set, at its owner replica. A call with no session cookie for the instance (one that starts a
 session) goes to the instance's URL or to one of the other replicas its ``replicas`` setting lists, in turn.
+Every call, the module-level ``request``'s too, goes through ``nemo_gym.client.retries.send``: a call that may
+change state carries an ``Idempotency-Key``, and a 503 with ``Retry-After`` or a cut connection is retried with it.
 """
 
 from __future__ import annotations
