@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from nemo_gym.client import retries
 from nemo_gym.client.reading import ReadingClient
 from nemo_gym.config import Instance, config_of, free_port
+from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER
 from nemo_gym.server_utils import ServerClient, request
 from nemo_gym.sessions.cookie import session_cookie_name
 from tests.session_cookies import signed_session
@@ -294,3 +295,33 @@ def test_a_retry_after_that_is_not_whole_seconds_in_ascii_digits_means_no_retry(
         assert wait == min(int(value), retries.MAX_WAIT_SECONDS)
     else:
         assert wait is None
+
+
+def worker_of(port: int) -> str:
+    """Each connection plays one worker (a routed server's replies name the worker that accepted it)."""
+    return f"{port:016x}"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["ReadingClient", "ServerClient"])
+async def test_the_retry_goes_on_a_connection_to_the_owner_the_503s_cookie_names(kind):
+    """The first call labels a connection W; a call whose cookie names another owner opens a new connection
+    and gets a 503 moving the session to W: the retry goes on W's connection."""
+    ports: list[int] = []
+    app = FastAPI()
+
+    @app.post("/step")
+    async def step(request: Request) -> JSONResponse:
+        ports.append(request.client.port)
+        response = JSONResponse({}, status_code=503 if len(ports) == 2 else 200, headers={"Retry-After": "0"})
+        if len(ports) == 2:
+            response.set_cookie(COOKIE, signed_session("s", {"session_id": "s", OWNER_KEY: worker_of(ports[0])}))
+        response.headers[WORKER_HEADER] = worker_of(request.client.port)
+        return response
+
+    port = free_port()
+    elsewhere = signed_session("s", {"session_id": "s", OWNER_KEY: "0" * 16})
+    async with serving(app, port), caller(kind, port) as call:
+        assert (await call("POST", {}, {COOKIE: elsewhere}))[0] == 200
+        assert (await call("POST", {}, {COOKIE: elsewhere}))[0] == 200
+    assert ports[1] != ports[0] and ports[2] == ports[0], ports
