@@ -8,7 +8,8 @@ before a reply came (the server may or may not have applied it), and after a 503
 in seconds, once that long has passed (a 503 saying the change "may have taken effect" is no
 exception: the key makes the retry safe). A GET or HEAD changes nothing and carries no key; it too is
 retried after a 503 with ``Retry-After`` (aiohttp itself sends a cut one again once). A refused
-connection carried nothing and is retried whatever the method. Every other reply, a 503 without
+connection carried nothing and is retried whatever the method; a request whose body is streamed (``data=``
+other than bytes, text or a form mapping) is retried only then. Every other reply, a 503 without
 ``Retry-After`` or with a date there included, goes to the caller as it came.
 
 These clients keep no cookie jar (callers pass the cookies), so a cookie a 503 sets (the session's
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from http.cookies import Morsel
 from typing import Any
 
@@ -47,6 +48,8 @@ Attempt = Callable[[dict[str, Any]], Awaitable[aiohttp.ClientResponse]]
 async def send(method: str, kwargs: dict[str, Any], attempt: Attempt) -> aiohttp.ClientResponse:
     """``attempt(kwargs)`` (aiohttp's keyword arguments for one ``method`` request), sent again as the module says."""
     changing = method.upper() in CHANGING_METHODS
+    # A streamed body (or a file) is gone once sent: such a request is only sent again if it never left.
+    replayable = isinstance(kwargs.get("data"), (type(None), bytes, str, Mapping))
     if changing:
         kwargs = with_key(kwargs)
     set_by_503: dict[str, Morsel] = {}
@@ -57,11 +60,11 @@ async def send(method: str, kwargs: dict[str, Any], attempt: Attempt) -> aiohttp
             response = await attempt(kwargs)
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as error:
             failures += 1
-            if failures >= MAX_NUM_TRIES or number == MAX_ATTEMPTS or not (changing or isinstance(error, aiohttp.ClientConnectorError)):
+            if failures >= MAX_NUM_TRIES or number == MAX_ATTEMPTS or not (changing and replayable or isinstance(error, aiohttp.ClientConnectorError)):
                 raise
             wait = 0.1 * failures
         else:
-            wait = retry_after(response.headers.get("Retry-After")) if response.status == 503 else None
+            wait = retry_after(response.headers.get("Retry-After")) if response.status == 503 and replayable else None
             if wait is None or number == MAX_ATTEMPTS or waited + wait > MAX_WAITING_SECONDS:
                 for name, morsel in set_by_503.items():
                     if name not in response.cookies:

@@ -325,3 +325,31 @@ async def test_the_retry_goes_on_a_connection_to_the_owner_the_503s_cookie_names
         assert (await call("POST", {}, {COOKIE: elsewhere}))[0] == 200
         assert (await call("POST", {}, {COOKIE: elsewhere}))[0] == 200
     assert ports[1] != ports[0] and ports[2] == ports[0], ports
+
+
+async def streamed() -> AsyncIterator[bytes]:
+    yield b'{"n": 1}'
+
+
+@pytest.mark.anyio
+async def test_a_streamed_body_is_not_sent_again_after_a_503():
+    """A streamed body is gone once sent: the caller gets the 503, not a retry with an empty body."""
+    seen = Seen()
+    port = free_port()
+    async with serving(refusing_app(seen, 1, "0"), port):
+        response = await request("POST", f"http://127.0.0.1:{port}/step", data=streamed())
+    assert (response.status, len(seen)) == (503, 1)
+
+
+@pytest.mark.anyio
+async def test_a_streamed_body_is_not_sent_again_after_a_cut():
+    server = CuttingServer(1, "close")
+    port = free_port()
+    tcp = await asyncio.start_server(server.handle, "127.0.0.1", port)
+    try:
+        with pytest.raises(aiohttp.ServerDisconnectedError):
+            await request("POST", f"http://127.0.0.1:{port}/step", data=streamed())
+    finally:
+        tcp.close()
+        await tcp.wait_closed()
+    assert len(server.keys) == 1
