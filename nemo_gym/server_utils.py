@@ -8,6 +8,8 @@ argument), the way an agent threading many sessions must. A call whose session c
 worker goes on a connection to that worker (``nemo_gym.client.owner_pool``), so it needs no hop; in a
 replica set, at its owner replica. A call with no session cookie for the instance (one that starts a
 session) goes to the instance's URL or to one of the other replicas its ``replicas`` setting lists, in turn.
+Every call, the module-level ``request``'s too, goes through ``nemo_gym.client.retries.send``: a call that may
+change state carries an ``Idempotency-Key``, and a 503 with ``Retry-After`` or a cut connection is retried with it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client.owner_pool import OwnerPool, read_in_full
+from nemo_gym.client.retries import MAX_NUM_TRIES, send  # noqa: F401 (upstream's name)
 from nemo_gym.config_types import ROLLOUT_PATH_PREFIX, TOKEN_CAPTURE_PATH_SEGMENT, BaseServerConfig
 from nemo_gym.env import DEFAULT_HEAD_PORT as DEFAULT_HEAD_SERVER_PORT, ENTRYPOINT_ENV, WORKER_ENV  # noqa: F401 (upstream's name)
 from nemo_gym.global_config import (
@@ -57,7 +60,6 @@ __all__ = [
     "rollout_path_prefix",
 ]
 
-MAX_NUM_TRIES = 3
 DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=600, sock_connect=10)
 
 
@@ -65,18 +67,6 @@ def new_session(limit: int = 0) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=limit), cookie_jar=aiohttp.DummyCookieJar(), timeout=DEFAULT_TIMEOUT
     )
-
-
-async def send(reply: Callable[[], Awaitable[aiohttp.ClientResponse]]) -> aiohttp.ClientResponse:
-    """One request; a refused connection (nothing was sent, so a retry cannot apply anything twice) is tried again."""
-    for attempt in range(1, MAX_NUM_TRIES + 1):
-        try:
-            return await reply()
-        except aiohttp.ClientConnectorError:
-            if attempt == MAX_NUM_TRIES:
-                raise
-            await asyncio.sleep(0.1 * attempt)
-    raise AssertionError("unreachable")
 
 
 def json_ready(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -149,7 +139,14 @@ class ServerClient(BaseModel):
         url = self.url(server_name, url_path)
         replicas = self.replica_urls(server_name)
         kwargs = json_ready(kwargs)
-        return await send(lambda: self.owner_pool.request(self.session(), server_name, session_cookie, method, url, replicas, **kwargs))
+        cookie_name = session_cookie_name(server_name)
+
+        def attempt(kwargs: dict[str, Any]) -> Awaitable[aiohttp.ClientResponse]:
+            # A 503 may have set the session cookie anew (its new owner): the retry goes to that owner.
+            cookie = cookie_value(kwargs.get("cookies"), cookie_name) or session_cookie
+            return self.owner_pool.request(self.session(), server_name, cookie, method, url, replicas, **kwargs)
+
+        return await send(method, kwargs, attempt)
 
     def poll_for_status(self, server_name: str) -> ServerStatus:
         """Upstream's readiness probe (blocking): ``success`` when the server's root answers at all (any
@@ -231,7 +228,7 @@ async def request(method: str, url: str, _internal: bool = False, **kwargs: Any)
     """``method url`` on the process's shared pooled session (one per event loop)."""
     session = get_global_aiohttp_client()
     kwargs = json_ready(kwargs)
-    return await send(lambda: read_in_full(session.request(method, url, **kwargs)))
+    return await send(method, kwargs, lambda kwargs: read_in_full(session.request(method, url, **kwargs)))
 
 
 async def raise_for_status(response: aiohttp.ClientResponse) -> None:
