@@ -29,7 +29,7 @@ import pytest
 from nemo_gym import config as gym_config
 from nemo_gym.process.launcher import LaunchError, Launcher
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
-from tests.e2e.session_routing.test_durable_sessions import COUNTER, EPISODES, SECRET, add, all_score, counter_config, kill, seed, verify
+from tests.e2e.session_routing.test_durable_sessions import COUNTER, EPISODES, KEY, SECRET, add, all_score, counter_config, kill, seed, verify
 from tests.hostile_passwords import libpq_raw, pieces_shown
 from tests.postgres import Postgres, postgres_or_skip
 from tests.session_cookies import cookie_owner, session_of
@@ -324,7 +324,7 @@ def test_a_forward_replayed_to_the_adopter_after_its_frozen_owner_committed_it_i
 
     async def scenario() -> tuple[int, str | None, int, int]:
         session = (await seeded(url, 1))[0]
-        owner, session_id = session.named, session_of(SECRET, session.jar[f"{COUNTER}_session"])["session_id"]
+        owner, session_id = session.named, session_of(KEY, session.jar[f"{COUNTER}_session"])["session_id"]
         http = await connection_to_a_worker_other_than(url, owner)
         pid = worker_pid(counter, owner)
         lock = await psycopg.AsyncConnection.connect(postgres.dsn())
