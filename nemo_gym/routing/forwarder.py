@@ -11,12 +11,12 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 
-from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from nemo_gym.metrics.meters import METERS
 from nemo_gym.routing.exchange import CallerLeft, Exchange, RequestBody, Signer
 from nemo_gym.routing.hop_tracing import hop_tracer
+from nemo_gym.routing.lost import retry_later
 from nemo_gym.routing.transport.base import Transport
 from nemo_gym.routing.transport.connection import ConnectionBroken
 
@@ -81,8 +81,8 @@ class Forwarder:
         worker: str | None = None,
     ) -> None:
         """Forward (signed by ``sign``: a replica's credential) and stream back; raises ``OwnerGone``,
-        ``OwnerDied`` or ``OwnerBusy``, with nothing sent, if it cannot; a 502 for a live owner whose
-        connection broke before its reply started. ``worker``: the owner worker whose lease counts (default: ``owner``).
+        ``OwnerDied`` or ``OwnerBusy``, with nothing sent, if it cannot; a 503 with Retry-After for a live
+        owner whose connection broke before its reply started (safe to retry under the request's id). ``worker``: the owner worker whose lease counts (default: ``owner``).
 
         A caller that leaves cancels it. Only a dead owner's kept connections are dropped: closing a
         live owner's would abort the requests it is serving. A forward whose reply came back is counted,
@@ -125,8 +125,12 @@ class Forwarder:
             if await self.transport.proves_dead(owner):
                 self.transport.forget(owner)
                 raise OwnerDied(owner) from error
-            detail = f"Forwarding to worker {owner}, which owns this session, failed: {error!r}"
-            await JSONResponse(status_code=502, content={"detail": detail})(scope, receive, send)
+            detail = (
+                f"Forwarding to worker {owner}, which owns this session, broke before its reply ({error!r}), so whether this "
+                "request took effect is unknown. Retry it with the same Idempotency-Key: a request its session applied "
+                "already gets its first reply again, never a second application."
+            )
+            await retry_later(detail)(scope, receive, send)
 
     async def relay_when_reachable(self, owner: str, exchange: Exchange, body: RequestBody, busy_wait_seconds: float, worker: str) -> None:
         """Relay, retrying while the owner lives but cannot take the connection yet (its backlog is full).

@@ -363,6 +363,8 @@ def test_a_seed_with_the_cookie_of_an_ended_session_whose_owner_died_starts_a_ne
         rollout, ended, replies, now = asyncio.run(run())
     else:
         with requests.Session() as http:
+            # A connection per request: one kept alive may be the killed owner's own, reset under the next request.
+            http.headers["Connection"] = "close"
             rollout = [(reply.status_code, reply.json()) for reply in (http.post(url + path, json=body, timeout=60) for path, body in ROLLOUT)]
             ended = http.cookies.get_dict()
             kill_owner(launcher, instance, ended)

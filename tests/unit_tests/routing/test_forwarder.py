@@ -1,6 +1,6 @@
 """The forwarder: a request reaches its owner unchanged and the reply comes back streamed; a live owner
 that takes no connection is waited for (then 503), a dead one never; and when an owner ends a
-connection under a request, what is sent again and what gets 502.
+connection under a request, what is sent again and what gets 503 (whether it took effect unknown).
 
 Two in-process workers of one server (``two_workers``), or one worker and an owner played by the test
 on a real Unix socket in the workers' socket directory (``PlayedOwner``), holding a real life name.
@@ -231,14 +231,14 @@ async def test_a_request_a_live_owner_closed_its_pooled_connection_under_unread_
 
 
 @pytest.mark.parametrize("client", sorted(CLIENTS))
-async def test_a_request_a_live_owner_read_and_left_unanswered_is_never_sent_twice_and_gets_502(client):
+async def test_a_request_a_live_owner_read_and_left_unanswered_is_never_sent_twice_and_gets_503_to_retry_under_its_id(client):
     post = CLIENTS[client]
     async with worker_and_played_owner(ending="read") as (b, owner):
         cookies = cookies_of(b, owner.worker_id)
         assert await post(b.url + "/increment", cookies) == (200, {"answered": 1})
         async with asyncio.timeout(WAIT_SECONDS):
             status, body = await post(b.url + "/increment", cookies)
-        assert status == 502 and owner.worker_id in body["detail"]
+        assert status == 503 and owner.worker_id in body["detail"] and "Idempotency-Key" in body["detail"]
         assert (owner.read, owner.answered) == (2, 1)
 
 
