@@ -325,16 +325,18 @@ def test_a_body_that_keeps_moving_is_served_however_long_it_takes(port):
     assert asyncio.run(steady()) == 200
 
 
-def test_a_connection_that_sends_nothing_is_closed_without_a_reply(port):
-    async def idle() -> bool:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        try:
-            async with asyncio.timeout(VERDICT_BOUND_SECONDS):
-                return await closed(reader)
-        finally:
-            writer.close()
+async def idle_closed(port: int) -> bool:
+    """Whether a connection to ``port`` that sends nothing is closed without a reply (within the verdict's bound)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        async with asyncio.timeout(VERDICT_BOUND_SECONDS):
+            return await closed(reader)
+    finally:
+        writer.close()
 
-    assert asyncio.run(idle())
+
+def test_a_connection_that_sends_nothing_is_closed_without_a_reply(port):
+    assert asyncio.run(idle_closed(port))
 
 
 def test_with_150_slow_clients_holding_connections_others_are_served_and_the_slow_ones_closed(stack, port):
@@ -424,14 +426,6 @@ def forwarding_port(stack: Launcher) -> tuple[int, dict[str, str], dict]:
 def test_the_forwarding_port_closes_a_connection_that_sends_nothing_or_half_a_head_after_the_header_timeout(stack):
     forward, _, _ = forwarding_port(stack)
 
-    async def idle() -> bool:
-        reader, writer = await asyncio.open_connection("127.0.0.1", forward)
-        try:
-            async with asyncio.timeout(VERDICT_BOUND_SECONDS):
-                return await closed(reader)
-        finally:
-            writer.close()
-
     async def half_a_head() -> tuple[int, bool]:
         reader, writer = await asyncio.open_connection("127.0.0.1", forward)
         try:
@@ -442,7 +436,7 @@ def test_the_forwarding_port_closes_a_connection_that_sends_nothing_or_half_a_he
         finally:
             writer.close()
 
-    assert asyncio.run(idle())
+    assert asyncio.run(idle_closed(forward))
     assert asyncio.run(half_a_head()) == (408, True)
     assert asyncio.run(trickle(forward, *slow_head())) == (408, True)
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import uvicorn
@@ -33,3 +35,22 @@ async def serving(app: Any, port: int | None = None) -> AsyncIterator[str]:
         server.should_exit = True
         await asyncio.wait_for(task, START_TIMEOUT_SECONDS)
 
+
+
+@contextlib.contextmanager
+def serving_in_a_thread(app: Any, port: int, **options: Any) -> Iterator[int]:
+    """Run ``app`` in a thread of its own (for tests whose clients block) until the block ends; yields its port.
+    ``options``: uvicorn's (``http=`` a protocol under test, say)."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning", **options)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while not server.started and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        assert server.started
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(START_TIMEOUT_SECONDS)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import pydantic
 import pytest
-import uvicorn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,9 +15,9 @@ from nemo_gym.config import free_port
 from nemo_gym.config_types import BaseRunServerInstanceConfig
 from nemo_gym.middleware.input_limits import InputLimits
 from tests.e2e.test_input_limits import head_of
+from tests.unit_tests.in_process_server import serving_in_a_thread
 
 LIMIT = 1000
-START_TIMEOUT_SECONDS = 10
 
 
 async def ok(scope, receive, send) -> None:
@@ -32,20 +30,8 @@ async def ok(scope, receive, send) -> None:
 @pytest.fixture(scope="module")
 def port() -> Iterator[int]:
     """A uvicorn held to a 1000-byte head limit, in a thread of its own."""
-    port = free_port()
-    config = uvicorn.Config(ok, host="127.0.0.1", port=port, lifespan="off", log_level="warning", http=InputLimits(max_header_bytes=LIMIT).protocol())
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run)
-    thread.start()
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        assert server.started
+    with serving_in_a_thread(ok, free_port(), http=InputLimits(max_header_bytes=LIMIT).protocol()) as port:
         yield port
-    finally:
-        server.should_exit = True
-        thread.join(START_TIMEOUT_SECONDS)
 
 
 def status_of(port: int, pieces: list[bytes]) -> int:

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -27,20 +25,14 @@ from nemo_gym.client.reading import cookie_header
 from nemo_gym.durable.applied import unwrap
 from nemo_gym.process.launcher import Launcher
 from tests.e2e.session_routing.test_counter_routing import seed_all
-from tests.e2e.session_routing.test_durable_sessions import COUNTER, EPISODES, SECRET, counter_config, launch, session_id_of
+from tests.e2e.session_routing.test_durable_sessions import COUNTER, EPISODES, SECRET, counter_config, gym_sessions, launch, session_id_of
 
 RUN_SECONDS = 8
 CHECKPOINT_AFTER_SECONDS = 3
 THINK_SECONDS = 0.05
-COMMAND_TIMEOUT_SECONDS = 120
 TRICKLE_BYTES = 200 * 1024
 TRICKLE_BYTES_PER_SECOND = 2 * 1024
 LONG_DRAIN_SECONDS = 30
-
-
-def gym_sessions(state_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "nemo_gym.cli.main", "sessions", *args, "--instance", COUNTER]
-    return subprocess.run(command, env={**os.environ, "NEMO_GYM_STATE_DIR": str(state_dir)}, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS)
 
 
 async def post(http: aiohttp.ClientSession, url: str, path: str, body: dict, jar: dict[str, str]) -> tuple[int, str | None, dict]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
@@ -34,6 +36,7 @@ COOKIE = f"{COUNTER}_session"
 SECRET = "durable-sessions-end-to-end-test-secret"
 KEY = instance_key(SECRET, COUNTER)  # what signs the counter's cookies
 EPISODES = 200
+COMMAND_TIMEOUT_SECONDS = 120
 
 
 def counter_config(num_workers: int, **settings) -> dict:
@@ -44,6 +47,25 @@ def counter_config(num_workers: int, **settings) -> dict:
 def launch(config: dict, state_dir: Path) -> Launcher:
     instances = gym_config.parse(config)
     return Launcher(instances, gym_config.free_port(), {"NEMO_GYM_STATE_DIR": str(state_dir)}).start(90)
+
+
+def gym_sessions(state_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """``gym sessions ARGS --instance`` the counter, with ``state_dir`` as its state directory."""
+    command = [sys.executable, "-m", "nemo_gym.cli.main", "sessions", *args, "--instance", COUNTER]
+    return subprocess.run(command, env={**os.environ, "NEMO_GYM_STATE_DIR": str(state_dir)}, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_SECONDS)
+
+
+@contextlib.contextmanager
+def restored(old_dir: Path, fresh_dir: Path, path: Path) -> Iterator[Launcher]:
+    """A fresh counter (state in ``fresh_dir``) into which the sessions of ``old_dir`` were exported and restored
+    (through the file ``path``), until the block ends."""
+    gym_sessions(old_dir, "export", "--output", str(path)).check_returncode()
+    launcher = launch(counter_config(4), fresh_dir)
+    try:
+        gym_sessions(fresh_dir, "restore", "--input", str(path)).check_returncode()
+        yield launcher
+    finally:
+        launcher.stop()
 
 
 def rows(state_dir: Path) -> dict[str, tuple[str, int, str]]:
@@ -232,12 +254,6 @@ def test_sessions_exported_and_restored_into_a_fresh_server_all_200_continue(tmp
         add(launcher, jars, 1)
     finally:
         launcher.stop()
-    gym = [sys.executable, "-m", "nemo_gym.cli.main", "sessions"]
-    subprocess.run([*gym, "export", "--instance", COUNTER, "--output", str(path)], env={**os.environ, "NEMO_GYM_STATE_DIR": str(old_dir)}, check=True, timeout=60)
-    launcher = launch(counter_config(4), fresh_dir)
-    try:
-        subprocess.run([*gym, "restore", "--instance", COUNTER, "--input", str(path)], env={**os.environ, "NEMO_GYM_STATE_DIR": str(fresh_dir)}, check=True, timeout=60)
+    with restored(old_dir, fresh_dir, path) as launcher:
         add(launcher, jars, 2)
         assert all_score(verify(launcher, jars))
-    finally:
-        launcher.stop()

@@ -4,9 +4,6 @@ original reply, on any worker, after its owner was SIGKILLed, after a restart an
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -16,7 +13,7 @@ import pytest
 import requests
 
 from nemo_gym.process.launcher import Launcher
-from tests.e2e.session_routing.test_durable_sessions import COUNTER, SECRET, counter_config, kill, launch
+from tests.e2e.session_routing.test_durable_sessions import COUNTER, SECRET, counter_config, kill, launch, restored
 from tests.session_cookies import cookie_owner
 
 SESSIONS = 24
@@ -116,11 +113,5 @@ def test_a_request_sent_again_with_its_id_after_a_restart_and_after_export_and_r
         applied_once_with_original_replies(episodes, launcher.instances[COUNTER].url)
     finally:
         launcher.stop()
-    gym = [sys.executable, "-m", "nemo_gym.cli.main", "sessions"]
-    subprocess.run([*gym, "export", "--instance", COUNTER, "--output", str(path)], env={**os.environ, "NEMO_GYM_STATE_DIR": str(old_dir)}, check=True, timeout=60)
-    launcher = launch(counter_config(4), fresh_dir)
-    try:
-        subprocess.run([*gym, "restore", "--instance", COUNTER, "--input", str(path)], env={**os.environ, "NEMO_GYM_STATE_DIR": str(fresh_dir)}, check=True, timeout=60)
+    with restored(old_dir, fresh_dir, path) as launcher:
         applied_once_with_original_replies(episodes, launcher.instances[COUNTER].url)
-    finally:
-        launcher.stop()

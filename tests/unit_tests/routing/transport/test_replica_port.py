@@ -12,12 +12,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,11 +25,11 @@ from nemo_gym.routing.transport.connection import OwnerConnection
 from nemo_gym.routing.transport.credentials import ReplicaCredentials
 from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY, BodyChecked, Doorkeeper, ReplicaPortProtocol
 from nemo_gym.sessions.token import TOKEN_HEADER_KEY
+from tests.unit_tests.in_process_server import serving_in_a_thread
 
 REPLICA = "127.0.0.1:1"
 WORKER = "0123456789abcdef"
 CREDENTIALS = ReplicaCredentials("s" * 40)
-START_TIMEOUT_SECONDS = 10
 
 
 async def echo(scope, receive, send) -> None:
@@ -51,21 +48,9 @@ async def echo(scope, receive, send) -> None:
 @pytest.fixture(scope="module")
 def port() -> Iterator[int]:
     """A forwarding port (its protocol and guard) in front of ``echo``, in a thread of its own."""
-    port = free_port()
     protocol = functools.partial(ReplicaPortProtocol, doorkeeper=Doorkeeper(CREDENTIALS, REPLICA), limits=InputLimits().for_replicas())
-    config = uvicorn.Config(BodyChecked(echo), host="127.0.0.1", port=port, lifespan="off", log_level="warning", http=protocol)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run)
-    thread.start()
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while not server.started and thread.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        assert server.started
+    with serving_in_a_thread(BodyChecked(echo), free_port(), http=protocol) as port:
         yield port
-    finally:
-        server.should_exit = True
-        thread.join(START_TIMEOUT_SECONDS)
 
 
 # Header values as a public port hands them on: no surrounding whitespace, no control characters.
