@@ -23,7 +23,7 @@ import os
 import time
 
 import uvicorn
-from fastapi import Request
+from fastapi import FastAPI, Request
 from starlette.types import ASGIApp
 
 from nemo_gym.process import run as gym_serve
@@ -45,13 +45,22 @@ class BenchServerConfig(BaseResourcesServerConfig):
 
 
 class BenchServer(SimpleResourcesServer):
-    """Keeps nothing per session; ``/verify`` burns CPU, then rewards 1.0."""
+    """Keeps nothing per session; ``/verify`` burns CPU, then rewards 1.0; ``/touch`` does nothing."""
 
     config: BenchServerConfig
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/touch")(self.touch)
+        return app
 
     async def verify(self, request: Request, body: BaseVerifyRequest) -> BaseVerifyResponse:
         burn_cpu(self.config.verify_cpu_ms / 1000)
         return BaseVerifyResponse(**{**body.model_dump(), "reward": 1.0})
+
+    async def touch(self, request: Request) -> dict:
+        """A request of a session that does nothing: what reaches a session's owner (a seed starts a new session)."""
+        return {}
 
 
 def burn_cpu(seconds: float) -> None:

@@ -27,6 +27,7 @@ from nemo_gym.routing.transport.credentials import ReplicaCredentials
 from nemo_gym.routing.transport.unix import socket_address
 from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import session_cookie_name
+from nemo_gym.sessions.secret import instance_key
 from tests.e2e.test_every_server_kind import rss_kb, serving_processes
 from tests.session_cookies import session_of
 
@@ -419,7 +420,7 @@ def test_pipelined_requests_each_within_the_limit_are_all_served(port):
 def forwarding_port(stack: Launcher) -> tuple[int, dict[str, str], dict]:
     """The replica's forwarding port, read from a new session's cookie; the cookies and the session."""
     cookies, _ = seeded_session(stack, initial_count=0)
-    session = session_of(SETTINGS["session_secret"], cookies[session_cookie_name("counter")])
+    session = session_of(instance_key(SETTINGS["session_secret"], "counter"), cookies[session_cookie_name("counter")])
     return int(forward_address(session).rpartition(":")[2]), cookies, session
 
 

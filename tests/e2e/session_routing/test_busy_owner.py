@@ -68,8 +68,9 @@ async def block_and_queue(url: str) -> list[object]:
         await asyncio.sleep(0.5)  # the owner is now burning CPU in /verify, its event loop held
 
         async def queued(number: int) -> object:
-            headers = {"Cookie": cookie_header(of_owner[number % len(of_owner)])}
-            async with http.post(url + "/seed_session", json={}, headers=headers) as reply:
+            # The owner's other sessions: the blocker's ends with its /verify.
+            headers = {"Cookie": cookie_header(of_owner[1 + number % (len(of_owner) - 1)])}
+            async with http.post(url + "/touch", headers=headers) as reply:
                 await reply.read()
                 if reply.status == 503 and reply.headers.get("Retry-After"):
                     return "503 with Retry-After"
