@@ -97,6 +97,11 @@ class DurableSessions:
         state = self.states.export(session_id)
         return None if state is None else wrap(state, self.applied.get(session_id, []))
 
+    def stored_states(self) -> list[str]:
+        """The state of every live row of the store, as the servers' ``export`` wrote it (without the requests
+        its row remembers): what a server reads to know what the store still names."""
+        return [unwrap(stored.state)[0] for stored in self.store.export()]
+
     def reply(self, session_id: str, request_id: str) -> Applied | None:
         """The reply of the request ``request_id`` if it changed this held session already."""
         for applied in self.applied.get(session_id, ()):

@@ -233,7 +233,7 @@ class SweRebenchServer(SimpleResourcesServer):
 
     def durable_sandboxes(self) -> set[str]:
         """The sandboxes of the sessions in the store, which sweeps spare; none without durable sessions."""
-        return set() if self.durable is None else sandbox_names(stored.state for stored in self.durable.store.export())
+        return set() if self.durable is None else sandbox_names(self.durable.stored_states())
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:

@@ -186,11 +186,13 @@ def test_commands_are_bounded_by_the_timeout_and_the_output_cap(sandbox_dir):
         assert big["truncated"] is True and len(big["content"]) == 100
 
 
-def test_reseeding_a_session_replaces_its_sandbox(client, sandbox_dir):
+def test_a_seed_with_a_live_sessions_cookie_starts_a_new_session_with_a_sandbox_of_its_own(client, sandbox_dir):
+    # /seed_session always starts a new session (README "Session lifecycle"): the old one, and its sandbox,
+    # stay until it ends (verify, close, idleness).
     seeded(client)
     first = sandboxes_left(sandbox_dir)
     seeded(client, "slug_case")
-    assert len(sandboxes_left(sandbox_dir)) == 1 and sandboxes_left(sandbox_dir) != first
+    assert len(sandboxes_left(sandbox_dir)) == 2 and set(first) < set(sandboxes_left(sandbox_dir))
 
 
 def test_sandboxes_never_verified_are_removed_when_the_server_stops(server, sandbox_dir):

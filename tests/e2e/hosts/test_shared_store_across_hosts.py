@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from nemo_gym.client.rollouts import read_rows
+from nemo_gym.durable.applied import unwrap
 from resources_servers.swe_rebench.app import MIB
 from resources_servers.swe_rebench.cgroups import Cgroups
 from responses_api_models.scripted_backend.app import SWE_REBENCH_FIXES
@@ -141,7 +142,7 @@ def test_a_checkpoint_of_the_live_run_on_three_hosts_holds_every_acknowledged_in
     assert code == 0 and f"checkpointed {SESSIONS} sessions of {COUNTER} from 3 replicas" in out, out
     assert {status for record in records for status in statuses(record)} <= {200, 503}
     assert [step for record in records for step in record["steps"] if step[1] == 503 and not step[2]] == []
-    saved = {row["session_id"]: int(row["state"]) for row in json.loads(client_host.path("/tmp/checkpoint.json").read_text())["sessions"]}
+    saved = {row["session_id"]: int(unwrap(row["state"])[0]) for row in json.loads(client_host.path("/tmp/checkpoint.json").read_text())["sessions"]}
     outside = {}
     for record in records:
         acked = [at for at, step in zip(record["times"], record["steps"]) if step[0] == "/increment_counter" and step[1] == 200]

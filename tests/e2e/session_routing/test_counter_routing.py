@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -93,11 +94,14 @@ def test_seed_then_verify_sessions_all_score_and_spread_over_workers(start_serve
 
 def worker_pid_of_owner(supervisor_pid: int, owner: str) -> int:
     """The worker process serving ``owner``'s private socket, found through /proc (socket inode -> fd)."""
-    inodes = {line.split()[6] for line in Path("/proc/net/unix").read_text().splitlines()[1:] if line.endswith(f"/{owner}.sock")}
+    names = {f"socket:[{line.split()[6]}]" for line in Path("/proc/net/unix").read_text().splitlines()[1:] if line.endswith(f"/{owner}.sock")}
     for pid in Path(f"/proc/{supervisor_pid}/task/{supervisor_pid}/children").read_text().split():
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            if any(os.readlink(fd) == f"socket:[{inode}]" for inode in inodes):
-                return int(pid)
+        # A descriptor (or a whole worker) may close while it is read: it is not the one sought then.
+        with contextlib.suppress(FileNotFoundError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(FileNotFoundError):
+                    if os.readlink(fd) in names:
+                        return int(pid)
     raise LookupError(f"no worker serves {owner}")
 
 

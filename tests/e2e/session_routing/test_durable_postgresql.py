@@ -253,13 +253,7 @@ def failed_start(postgres: Postgres) -> str:
 
 
 def worker_pid(launcher: Launcher, owner: str) -> int:
-    """``worker_pid_of_owner``, again if a descriptor it was reading closed meanwhile."""
-    for _ in range(10):
-        try:
-            return worker_pid_of_owner(launcher.processes[COUNTER].pid, owner)
-        except FileNotFoundError:
-            time.sleep(0.1)
-    raise LookupError(f"no worker serves {owner}")
+    return worker_pid_of_owner(launcher.processes[COUNTER].pid, owner)
 
 
 def test_a_worker_frozen_past_its_lease_loses_its_sessions_to_the_adopters_and_its_stale_requests_get_503_naming_them(counter):
