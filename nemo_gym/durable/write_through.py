@@ -150,13 +150,14 @@ class WriteThrough:
             await self.app(scope, receive, self.writing(scope, receive, send, session, session_id, token_session, epoch, None))
             return
         request = written_id.decode()
+        # First: a request still being served may have its id in memory already, gathered for a commit that can still fail.
+        if (session_id, request) in self.serving:
+            await in_flight(request)(scope, receive, send)
+            return
         for named in (session_id, token_session):
             if named is not None and (applied := self.sessions.reply(named, request)) is not None:
                 await replayed(applied)(scope, receive, send)
                 return
-        if (session_id, request) in self.serving:
-            await in_flight(request)(scope, receive, send)
-            return
         self.serving.add((session_id, request))
         try:
             await self.app(scope, receive, self.writing(scope, receive, send, session, session_id, token_session, epoch, request))

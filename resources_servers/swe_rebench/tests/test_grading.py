@@ -97,7 +97,7 @@ def test_a_fake_runner_report_on_stdout_and_every_descriptor_scores_zero(app):
         "import os, sys\n"
         f"report = {FAKE_REPORT!r}\n"
         "sys.stdout.write(report + 'OK\\n'); sys.stdout.flush()\n"
-        "for fd in range(3, 64):\n"
+        "for fd in range(3, min(os.sysconf('SC_OPEN_MAX'), 1 << 16)):\n"
         "    try:\n"
         "        os.write(fd, report.encode())\n"
         "    except OSError:\n"
