@@ -22,6 +22,7 @@ from nemo_gym.client.reading import DEFAULT_TIMEOUT, ReadingClient
 from nemo_gym.openai_utils import new_response
 from nemo_gym.process.launcher import Launcher
 from nemo_gym.routing.worker import WORKER_HEADER
+from tests.e2e.session_routing.test_durable_sessions import dead
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.session_cookies import cookie_owner
 
@@ -200,7 +201,7 @@ def test_gym_client_episodes_all_end_right_with_a_worker_sigkilled_mid_run(start
             pid = worker_pid_of_owner(launcher.processes[COUNTER].pid, victim)
             os.kill(pid, signal.SIGKILL)
             async with asyncio.timeout(10):
-                while os.path.exists(f"/proc/{pid}/cmdline"):
+                while not dead(pid):  # gone, or a zombie its supervisor has not reaped yet
                     await asyncio.sleep(0.05)
 
             async def finish(start: int, jar: dict[str, str]) -> tuple[int, dict]:

@@ -4,6 +4,7 @@ original reply, on any worker, after its owner was SIGKILLed, after a restart an
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -19,6 +20,7 @@ from tests.session_cookies import cookie_owner
 
 SESSIONS = 24
 TIMEOUT_SECONDS = 60
+RETRIES = 10
 
 
 class Episode:
@@ -33,9 +35,14 @@ class Episode:
         self.replies: dict[str, tuple[int, bytes]] = {}
 
     def post(self, path: str, body: dict, key: str | None = None) -> requests.Response:
+        """A 503 with Retry-After (an owner killed under the request, say) is sent again, as a client is told to."""
         headers = {"Idempotency-Key": key} if key is not None else {}
-        reply = requests.post(f"{self.url}{path}", json=body, cookies=self.cookies, headers={**headers, "Connection": "close"}, timeout=TIMEOUT_SECONDS)
-        self.cookies.update(reply.cookies.get_dict())
+        for _ in range(RETRIES):
+            reply = requests.post(f"{self.url}{path}", json=body, cookies=self.cookies, headers={**headers, "Connection": "close"}, timeout=TIMEOUT_SECONDS)
+            self.cookies.update(reply.cookies.get_dict())
+            if reply.status_code != 503 or "Retry-After" not in reply.headers:
+                break
+            time.sleep(float(reply.headers["Retry-After"]))
         return reply
 
     def increment(self, key: str) -> None:
