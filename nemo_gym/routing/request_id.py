@@ -1,16 +1,14 @@
 """Request ids: what names a request that may change a session, on every hop and every retry of it.
 
 ``Idempotency-Key`` (the IETF draft's header) is the client's own, or, on a request that may change
-state and carries none, one the first worker that receives it assigns (``assign``): a forward, or a
+state and carries none, one the first worker that receives it assigns (the router, ``new_id_header``): a forward, or a
 replay to an adopter, passes it on with the rest of the head. A durable server remembers the ids of
 the requests that changed a session with its state (``nemo_gym.durable.applied``).
 """
 
 from __future__ import annotations
 
-import uuid
-
-from starlette.types import Scope
+import secrets
 
 ID_HEADER_NAME = "Idempotency-Key"
 ID_HEADER = ID_HEADER_NAME.lower().encode()
@@ -31,7 +29,6 @@ def valid_id(value: bytes) -> bool:
     return 0 < len(value) <= MAX_ID_LENGTH and all(0x21 <= byte <= 0x7E for byte in value)
 
 
-def assign(scope: Scope) -> None:
-    """Give a request that may change state and carries no id one of its own."""
-    if scope["method"] not in SAFE_METHODS and request_id(scope["headers"]) is None:
-        scope["headers"] = [*scope["headers"], (ID_HEADER, uuid.uuid4().hex.encode())]
+def new_id_header() -> tuple[bytes, bytes]:
+    """A request id of the worker's own, as a header: 128 random bits."""
+    return ID_HEADER, secrets.token_hex(16).encode()

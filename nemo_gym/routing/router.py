@@ -23,7 +23,7 @@ from nemo_gym.routing.lost import Decision, ForwardTo, LostSessionPolicy, Reply,
 from nemo_gym.routing.owner import AmbiguousSession, OwnerReader, owner_of
 from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.replica import forward_address, owner_label, replica_of
-from nemo_gym.routing.request_id import assign
+from nemo_gym.routing.request_id import ID_HEADER, SAFE_METHODS, new_id_header
 from nemo_gym.routing.transport.credentials import AUTH_HEADER_KEY, request_target
 from nemo_gym.routing.transport.private_server import CLIENT_HEADER
 from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY, TcpTransport
@@ -65,12 +65,18 @@ class SessionRouter:
             return
         send = labelled(send, self.label)
         # Only a sibling worker may name the caller's address; from the public port it is stripped.
-        # A plain loop: on every request, a generator's frame (any(...)) cost more than the scan itself.
+        # One plain loop over the head, for both: on every request, a generator's frame (any(...)) cost more
+        # than the scan itself. A request that may change state and carries no id gets one (``request_id``).
+        named_client = has_id = False
         for name, _ in scope["headers"]:
             if name == CLIENT_HEADER:
-                scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER]
-                break
-        assign(scope)
+                named_client = True
+            elif name == ID_HEADER:
+                has_id = True
+        if named_client:
+            scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER]
+        if not has_id and scope["method"] not in SAFE_METHODS:
+            scope["headers"].append(new_id_header())
         if scope["path"] in self.start_paths:
             await self.start_session(scope, receive, send)
             return
