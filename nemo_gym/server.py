@@ -103,6 +103,7 @@ class SimpleServer(BaseModel):
     _forwarder: Forwarder | None = PrivateAttr(None)
     _placement: Placement | None = PrivateAttr(None)
     _durable: DurableSessions | None = PrivateAttr(None)
+    _adopter: Adopter | None = PrivateAttr(None)
     # The sessions' lifecycle (ends, idleness, caps), on servers that keep sessions, once the app is built.
     _lifecycle: SessionLifecycle | None = PrivateAttr(None)
     _gate: Gate | None = PrivateAttr(None)
@@ -229,8 +230,6 @@ class SimpleServer(BaseModel):
         if lifecycle is None:  # an app served without build_app: no record of ends to keep it idempotent
             await self.on_session_end(session_id, EndReason.CLOSE)
             return {"session_id": session_id, "status": "closed"}
-        if not lifecycle.registry.is_live(session_id) and self._durable is not None and self._durable.holds(session_id):
-            lifecycle.keep(session_id)  # adopted with this very request
         if await lifecycle.end(session_id, EndReason.CLOSE):
             return {"session_id": session_id, "status": "closed"}
         detail = lifecycle.registry.ended(session_id) or "it is not live: it ended earlier, or never started"
@@ -347,11 +346,13 @@ class SimpleServer(BaseModel):
         if self.route_sessions:
             lifecycle = self._lifecycle = self.session_lifecycle(socket_dir, durable)
             paths = {"free_paths": self.session_free_paths, "end_paths": self.session_end_paths}
-            inner.insert(0, Middleware(Lifecycle, lifecycle=lifecycle, tokens=self.tokens, routes=app.router.routes, durable=durable, **paths))
+            inner.insert(0, Middleware(Lifecycle, lifecycle=lifecycle, tokens=self.tokens, routes=app.router.routes, **paths))
+        # Durable sessions are taken over from the store in one place, whichever path finds them (the router, the write-through, the sweep).
+        adopter = self._adopter = None if durable is None else Adopter(durable, self._lifecycle, self._transport.is_alive, self.replica_keys)
         # Durable sessions can be checkpointed (``gym sessions checkpoint``): the host's workers share a gate.
         gate = self._gate = None if durable is None else Gate(socket_dir)
         if durable is not None:
-            inner.insert(0, Middleware(WriteThrough, sessions=durable, tokens=self.tokens, replica=self.replica_keys))
+            inner.insert(0, Middleware(WriteThrough, adopter=adopter, tokens=self.tokens))
             inner.insert(0, Middleware(CheckpointGate, gate=gate))
         sessions = [layer for layer in app.user_middleware if layer.cls in SESSION_LAYER]
         app.user_middleware = [*sessions, *inner, *(layer for layer in app.user_middleware if layer.cls not in SESSION_LAYER)]
@@ -360,7 +361,7 @@ class SimpleServer(BaseModel):
         if self._worker_id is None:
             return MetricsEndpoint(BodyLimit(local, self.config.max_body_bytes), exposition)
         owners = OwnerReader(self.session_options, self.tokens)
-        lost = LostWithOwner() if durable is None else Adopter(durable, self._transport.is_alive)
+        lost = LostWithOwner() if adopter is None else adopter
         replicas = None if self._replicas is None else Forwarder(self._replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS, hop="replica")
         if replicas is not None and durable is not None and durable.lease is not None:
             replicas.owner_expired, replicas.expiry_check_seconds = self._forwarder.owner_expired, self._forwarder.expiry_check_seconds
@@ -376,7 +377,7 @@ class SimpleServer(BaseModel):
         is_alive = self._transport.is_alive if routed else (lambda worker: True)
         count = LiveCount(socket_dir if routed else None, self._worker_id, is_alive)
         timeout = self.config.session_idle_timeout_seconds or None
-        return SessionLifecycle(self.on_session_end, timeout, count, self.session_caps(), durable, self._worker_id, is_alive)
+        return SessionLifecycle(self.on_session_end, timeout, count, self.session_caps(), durable, self._worker_id)
 
     def replica_transport(self, port: int) -> TcpTransport:
         """The transport to the other replicas, of a replica whose forwarding port is ``port``."""
@@ -398,7 +399,7 @@ class SimpleServer(BaseModel):
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(self.server_client.close)
             if self._lifecycle is not None:
-                self._lifecycle.open()
+                self._lifecycle.open(None if self._adopter is None else self._adopter.sweep_orphans)
                 stack.push_async_callback(self._lifecycle.close)
             if self._transport is None:
                 yield

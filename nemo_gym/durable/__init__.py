@@ -6,8 +6,9 @@
 - ``lease``: owner leases in a shared store: who may adopt a session of another host's worker, and fencing.
 - ``states``: how a server declares its per-session state (``SessionStates``, or its own export/restore).
 - ``applied``: the requests that changed a session, remembered in its row with its state (never applied twice).
-- ``keeper``: one worker's side: write a session's state when it changed, take over a dead owner's.
+- ``keeper``: one worker's side: write a session's state when it changed, and hold what it takes over.
 - ``write_through``: the middleware that writes each changed session before the reply starts.
-- ``adoption``: what the router does when a session's owner is dead: adopt it from the store, or 410.
+- ``adoption``: every way a session is taken over from the store (a dead owner's, a restored row, an idle orphan), and the router's lost-session policy: adopt it, or 410.
+- ``refusals``: the 503s (and 500) of a durable worker that cannot serve a request as asked.
 - ``transfer``: the file ``gym sessions export`` writes and ``gym sessions restore`` loads.
 """

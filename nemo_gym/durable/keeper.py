@@ -1,4 +1,4 @@
-"""One worker's durable sessions: its state written through to the store, and dead owners' taken over."""
+"""One worker's durable sessions: its state written through to the store (taking sessions over is ``adoption``'s)."""
 
 from __future__ import annotations
 
@@ -218,25 +218,6 @@ class DurableSessions:
         if self.lease is not None:
             await self.lease.ensure()
 
-    async def take_up(self, session_id: str) -> LeaseHolder | None:
-        """A session this worker does not hold: if the store has it owned by no worker (restored by
-        ``gym sessions restore``), or, with leases, by a worker whose lease has expired, and not ended, claim it and hold
-        it. Returns the owner's lease if another worker holds it under a live one (None otherwise). Called
-        only on that miss, so a held session's requests read nothing. Raises ``ValueError`` if its stored
-        state does not load here (again on each request: a claimed row this worker could not load is
-        tried again, never a 404)."""
-        while not self.holds(session_id) and (stored := await self.store.read(session_id)) is not None:
-            if ended_detail(stored.state) is not None:
-                return None
-            if stored.owner not in (None, self.owner):
-                if self.lease is None:
-                    return None
-                holder = await self.holder(stored.owner)
-                if holder is not None and holder.live:
-                    return holder
-            await self.adopt(stored)
-        return None
-
     async def holder(self, worker: str) -> LeaseHolder | None:
         """``worker``'s lease in the store (a store with leases only)."""
         assert isinstance(self.store, LeaseStore)
@@ -250,14 +231,8 @@ class DurableSessions:
             return False
         return holder is not None and not holder.live
 
-    async def adopt(self, session: StoredSession, owner_dead: bool = False) -> bool:
-        """Take over a session as read from the store (a dead owner's: ``owner_dead`` if the kernel proved it,
-        else, with leases, once its lease has expired); False if another worker took it first, or the owner's
-        lease is live."""
-        if not await self.store.claim(session, self.owner, owner_dead):
-            return False
-        self.hold(session.session_id, session.state)
-        self.written[session.session_id] = session.state
-        self.written_at[session.session_id] = time.monotonic()
-        METERS.sessions_adopted.inc()
-        return True
+    def held_as_stored(self, stored: StoredSession) -> None:
+        """Hold a session this worker has just claimed in the store (``durable.adoption``), as its row has it."""
+        self.hold(stored.session_id, stored.state)
+        self.written[stored.session_id] = stored.state
+        self.written_at[stored.session_id] = time.monotonic()

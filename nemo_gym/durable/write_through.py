@@ -7,14 +7,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
+from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.applied import KEPT_BODY_BYTES, Applied, kept_headers
-from nemo_gym.durable.keeper import DurableSessions
-from nemo_gym.durable.lease import LeaseHolder
+from nemo_gym.durable.refusals import lease_not_renewed, owned_elsewhere, store_unavailable
 from nemo_gym.durable.store import SessionTaken, StoreUnavailable
 from nemo_gym.routing.lost import RETRY_AFTER_SECONDS, retry_later
-from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY
 from nemo_gym.routing.request_id import ID_HEADER_NAME, MAX_ID_LENGTH, request_id, valid_id
-from nemo_gym.routing.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
 from nemo_gym.sessions.token import is_mcp_path, token_session_id
 
@@ -23,23 +21,6 @@ from nemo_gym.sessions.token import is_mcp_path, token_session_id
 REPLAYED_HEADER = "Idempotent-Replayed"
 # ``GET /``: whether this worker serves, whatever the store is doing (README, "Durable sessions").
 LIVENESS_PATH = "/"
-
-
-def store_unavailable(error: StoreUnavailable) -> JSONResponse:
-    """503, saying only that the store is unavailable (where it is and what its driver said go to this
-    worker's log: the store reports them, never to a client), and whether the change may have taken
-    effect all the same: it did not if the store refused it or was never reached; it may have if the
-    store did not answer in time."""
-    if error.may_have_applied:
-        outcome = ("the session store did not answer in time, so whether it took effect is unknown: it may be applied "
-                   "when the store answers again. The session is served as of its last successful reply meanwhile")
-    else:
-        outcome = "the session store is unavailable, so it did not take effect: the session is as of its last successful reply"
-    return JSONResponse(
-        status_code=503,
-        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        content={"detail": f"This request changed the session, and the change could not be stored: {outcome}. Retry later."},
-    )
 
 
 def replayed(applied: Applied) -> Response:
@@ -57,43 +38,15 @@ def in_flight(request: str) -> JSONResponse:
     return JSONResponse(status_code=409, content={"detail": detail}, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
-def lease_not_renewed() -> JSONResponse:
-    return retry_later(
-        "This worker's owner lease could not be renewed (the session store is unavailable or did not answer in time), "
-        "so it serves none of its sessions until it is: this request was not run. Retry it."
-    )
-
-
-def not_taken_up(error: StoreUnavailable | ValueError, session: str) -> JSONResponse:
-    """The reply for a stored session this worker could not take over: its claim could not commit (503,
-    retry), or its state does not load here (500, naming ``session``)."""
-    if isinstance(error, StoreUnavailable):
-        return store_unavailable(error)
-    return JSONResponse(status_code=500, content={"detail": f"{session}: its stored state does not load here: {error}"})
-
-
-def owned_elsewhere(session: dict, holder: LeaseHolder) -> JSONResponse:
-    """The reply for a session another worker owns under a live lease: 503, and (sent through the session
-    layer) the session's cookie naming that worker and its replica, where the retry goes."""
-    for key in (REPLICA_KEY, FORWARD_PORT_KEY):
-        session.pop(key, None)
-    session.update({**holder.keys, OWNER_KEY: holder.worker})
-    return retry_later(
-        f"This session's owner in the store is worker {holder.worker} now (it took the session over while this "
-        "worker's owner lease had expired); this request did not take effect here. Retry it: the cookie names that worker."
-    )
-
-
 class WriteThrough:
     """Sits inside SessionIdMiddleware, so the session id is known.
 
     A request's sessions are its cookie's and, on ``/mcp``, its token's (a tool call runs with that
     one). When the reply starts, each is written if its state changed, and committed (with the writes
     of other requests finishing meanwhile), before the caller can see the reply: nothing acknowledged
-    is lost with the worker (a session that ended, ``nemo_gym.lifecycle``, is written as its tombstone). A cookie
-    that names another owner for a session this worker holds (it adopted the session from a dead one)
-    is stamped with this worker (and, in a replica set, this replica), so the reply's Set-Cookie names it. A session it does not hold is
-    taken up from the store first if it was restored there and no worker has it yet.
+    is lost with the worker (a session that ended, ``nemo_gym.lifecycle``, is written as its tombstone).
+    First, the adopter (``durable.adoption``) takes up a session this worker does not hold if the store
+    holds it for no live worker, and makes the cookie name this worker.
 
     A write the store cannot commit (``StoreUnavailable``) replaces the app's reply with a 503 and
     Retry-After, sent through the session layer, so it carries the session's cookie; the sessions are
@@ -101,16 +54,16 @@ class WriteThrough:
 
     With owner leases (a store shared across hosts, ``durable.lease``): a request waits for the lease to
     be valid first (503 if it cannot be renewed); a session another worker owns under a live lease gets
-    503 with the cookie naming that worker (``owned_elsewhere``); so does a write the store refuses
+    503 with the cookie naming that worker (``owned_elsewhere``, the adopter's answer); so does a write the store refuses
     because another worker owns the row now (this worker's copy is dropped), and a request under way
     while the lease lapsed is refused unwritten (the lapse dropped what it served from).
     """
 
-    def __init__(self, app: ASGIApp, sessions: DurableSessions, tokens: URLSafeSerializer, replica: dict[str, str | int] | None = None) -> None:
-        """``replica``: this replica's keys in a session (``nemo_gym.routing.replica``), in a replica set."""
+    def __init__(self, app: ASGIApp, adopter: Adopter, tokens: URLSafeSerializer) -> None:
+        """``adopter``: this worker's, which takes up a session the store holds for no live worker first."""
         self.app = app
-        self.replica = replica or {}
-        self.sessions = sessions
+        self.adopter = adopter
+        self.sessions = adopter.sessions
         self.tokens = tokens
         # The requests being served now, by session and request id: a repeat meanwhile waits its turn (409).
         self.serving: set[tuple[str, str]] = set()
@@ -133,18 +86,9 @@ class WriteThrough:
             await lease_not_renewed()(scope, receive, send)
             return
         epoch = self.sessions.epoch
-        if not self.sessions.holds(session_id) and NEW_SESSION_SCOPE_KEY not in scope:
-            try:
-                holder = await self.sessions.take_up(session_id)
-            except (StoreUnavailable, ValueError) as error:  # not claimed, or not loaded: it stays in the store
-                await not_taken_up(error, f"Session {session_id}, restored into the store")(scope, receive, send)
-                return
-            if holder is not None:
-                await owned_elsewhere(session, holder)(scope, receive, send)
-                return
-        if session.get(OWNER_KEY) != self.sessions.owner and self.sessions.holds(session_id):
-            session[OWNER_KEY] = self.sessions.owner
-            session.update(self.replica)  # taken up from another replica's worker: the cookie names this replica now
+        if NEW_SESSION_SCOPE_KEY not in scope and (refusal := await self.adopter.take_up(session)) is not None:
+            await refusal(scope, receive, send)
+            return
         token_session = token_session_id(scope, self.tokens) if is_mcp_path(scope["path"]) else None
         if written_id is None:
             await self.app(scope, receive, self.writing(scope, receive, send, session, session_id, token_session, epoch, None))

@@ -19,8 +19,8 @@ requests that waited on the paused worker are read first, so none of their sessi
 A durable session whose owner died and that no request has reached since sits in the store with no live
 worker to time it: once per timeout each worker asks the store for the rows whose last write (their last
 use, ``DurableSessions``) is older than the timeout (``SessionStore.unused_since``, one query, awaited) and,
-of those whose owner is dead, adopts each (one compare-and-set: of the workers racing, one wins) and ends
-it as idle, so its hook runs (swe_rebench's re-attached sandbox goes). A row restored by
+of those whose owner is dead, adopts each (``Adopter.sweep_orphans``, given to ``open``: one compare-and-set,
+of the workers racing, one wins) and ends it as idle, so its hook runs (swe_rebench's re-attached sandbox goes). A row restored by
 ``gym sessions restore`` (no owner) waits for its first request instead.
 """
 
@@ -34,12 +34,10 @@ from collections.abc import Awaitable, Callable
 
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.store import SessionTaken, StoreUnavailable
-from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.lifecycle.cap import Cap, LiveCount
 from nemo_gym.lifecycle.registry import EndReason, SessionRegistry
 from nemo_gym.lifecycle.replies import end_detail
 from nemo_gym.metrics.meters import METERS
-from nemo_gym.routing.worker import is_worker_id
 from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS
 
 logger = logging.getLogger(__name__)
@@ -49,6 +47,8 @@ MAX_SWEEP_SECONDS = 60.0
 MIN_SWEEP_SECONDS = 0.05
 
 Hook = Callable[[str, EndReason], Awaitable[None]]
+# Ends the stored sessions of dead owners idle past a limit (seconds), with a reason.
+Orphans = Callable[[float, EndReason], Awaitable[None]]
 
 
 class SessionLifecycle:
@@ -60,13 +60,9 @@ class SessionLifecycle:
         caps: list[Cap],
         durable: DurableSessions | None = None,
         worker_id: str | None = None,
-        is_alive: Callable[[str], bool] = lambda worker: True,
     ) -> None:
-        """``idle_timeout``: seconds without a request that end a session (None or 0: never; the cookie's max age then).
-        ``is_alive``: the transport's, for the orphaned rows of dead owners."""
+        """``idle_timeout``: seconds without a request that end a session (None or 0: never; the cookie's max age then)."""
         self.hook = hook
-        self.is_alive = is_alive
-        self.orphans_looked_at = time.monotonic()
         self.idle_timeout = idle_timeout or None
         self.count = count
         self.caps = caps
@@ -74,6 +70,7 @@ class SessionLifecycle:
         self.worker_id = worker_id
         self.registry = SessionRegistry()
         self.sweeper: asyncio.Task | None = None
+        self.orphans: Orphans | None = None
         if durable is not None:
             durable.on_taken = self.taken
 
@@ -94,10 +91,13 @@ class SessionLifecycle:
         METERS.live_sessions.inc()
         return None
 
-    def keep(self, session_id: str) -> None:
-        """Count a session that exists already (adopted from another worker, or taken up from the store) as live here."""
+    def keep(self, session_id: str, last_used: float | None = None) -> None:
+        """Count a session that exists already (adopted from another worker, or taken up from the store) as live
+        here, last used at ``last_used`` (epoch seconds; None: now). A session live here already stays as it is."""
+        if self.registry.is_live(session_id):
+            return
         self.count.add(1)
-        self.registry.start(session_id)
+        self.registry.start(session_id, last_used)
         METERS.live_sessions.inc()
 
     async def end(self, session_id: str, reason: EndReason) -> bool:
@@ -142,9 +142,8 @@ class SessionLifecycle:
             await self.end(session_id, reason)
         if self.durable is not None and self.durable.ending:
             await self.write_tombstones()
-        if self.durable is not None and time.monotonic() - self.orphans_looked_at >= limit:
-            self.orphans_looked_at = time.monotonic()
-            await self.sweep_orphans(limit, reason)
+        if self.orphans is not None:
+            await self.orphans(limit, reason)
 
     async def write_tombstones(self) -> None:
         """The tombstones a commit refused (a full disk, the store down), written again: until one is, the row
@@ -155,22 +154,6 @@ class SessionLifecycle:
             pass  # another worker owns such a row now: the tombstone is not this worker's to write
         except StoreUnavailable as error:
             logger.warning("%d tombstones still wait to be written: %s", len(self.durable.ending), error)
-
-    async def sweep_orphans(self, limit: float, reason: EndReason) -> None:
-        """End the stored sessions of dead owners last used more than ``limit`` seconds ago, adopting each first."""
-        for row in await self.durable.store.unused_since(time.time() - limit):
-            dead = is_worker_id(row.owner) and row.owner != self.worker_id and not self.is_alive(row.owner)
-            if not dead or ended_detail(row.state) is not None:
-                continue
-            try:
-                adopted = await self.durable.adopt(row)
-            except (StoreUnavailable, ValueError) as error:
-                logger.warning("the idle session %s of dead worker %s could not be taken over to end it: %s", row.session_id, row.owner, error)
-                continue
-            if adopted:
-                self.keep(row.session_id)
-                self.registry.last_used[row.session_id] = row.expires_at - SESSION_MAX_AGE_SECONDS
-                await self.end(row.session_id, reason)
 
     async def sweep_forever(self) -> None:
         while True:
@@ -185,7 +168,9 @@ class SessionLifecycle:
             except Exception:
                 logger.exception("the idle sweep failed; it runs again in %g s", self.sweep_seconds)
 
-    def open(self) -> None:
+    def open(self, orphans: Orphans | None = None) -> None:
+        """Start the sweeper; each round also runs ``orphans`` (durable sessions: ``Adopter.sweep_orphans``)."""
+        self.orphans = orphans
         self.count.open()
         self.sweeper = asyncio.get_running_loop().create_task(self.sweep_forever())
 

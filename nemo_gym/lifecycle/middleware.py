@@ -1,16 +1,15 @@
 """The middleware that keeps each request's session alive, or answers for an ended one, or refuses a new one over a cap.
 
 It sits inside the session layer and the durable write-through (so a session taken up from the store is
-held by the time it looks), outside the app. For a request on a path of ``free_paths`` (liveness,
+live by the time it looks), outside the app. For a request on a path of ``free_paths`` (liveness,
 metrics, the close itself), or one no route of the app takes (the app answers 404 or 405: a stray
 ``/favicon.ico`` never counts toward a cap), it does nothing. Otherwise the request's session (its
 cookie's; on ``/mcp`` its token's) is, in this order:
 
 - ended, and remembered (a tombstone) and not held: 410 with why (a start path, ``/seed_session``, never
   gets here with an old session: the session layer gives it a new one, ``SessionIdMiddleware``);
-- live: served, and counted as used at its start and its end;
-- held in the store by this worker (just adopted, or taken up after ``gym sessions restore`` brought
-  it back, even from its end): live from now;
+- live (adopted ones too: ``durable.adoption`` makes a session live as it takes it over, even one
+  ``gym sessions restore`` brought back from its end): served, and counted as used at its start and its end;
 - new (no session before, or one this worker does not know: never started here, or ended so long ago
   that its tombstone is forgotten, ``registry``): started if no cap is reached, else 503 with Retry-After
   naming the cap, before the app sees it.
@@ -29,7 +28,6 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.lifecycle.ending import SessionLifecycle
 from nemo_gym.lifecycle.registry import EndReason
 from nemo_gym.lifecycle.replies import ended_session, over_cap
@@ -48,7 +46,6 @@ class Lifecycle:
         end_paths: frozenset[str],
         tokens: URLSafeSerializer,
         routes: Sequence[BaseRoute],
-        durable: DurableSessions | None = None,
     ) -> None:
         """``routes``: the app's (its router's list, all made before the first request)."""
         self.app = app
@@ -59,7 +56,6 @@ class Lifecycle:
         self.tokens = tokens
         self.routes = routes
         self.routed = functools.lru_cache(maxsize=ROUTED_CACHE_SIZE)(self.takes)
-        self.durable = durable
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -99,10 +95,7 @@ class Lifecycle:
     def check(self, session_id: str) -> Response | None:
         """None if the request may be served (its session live, or made live now), else the reply it gets instead."""
         if self.registry.is_live(session_id):
-            return None
-        if self.durable is not None and self.durable.holds(session_id):
-            self.lifecycle.keep(session_id)  # adopted, or taken up from the store (restored: back from its end)
-            return None
+            return None  # adopted sessions too: adoption made them live (``durable.adoption``)
         detail = self.registry.ended(session_id)
         if detail is not None:
             return ended_session(detail)

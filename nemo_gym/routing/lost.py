@@ -19,7 +19,10 @@ RETRY_AFTER_SECONDS = 1
 
 @dataclass(frozen=True)
 class ServeHere:
-    """Serve the request on this worker: the session is this worker's now."""
+    """Serve the request on this worker: the session is this worker's now (``adopted``: taken over from the
+    store for this request, live here and named by its cookie already)."""
+
+    adopted: bool = False
 
 
 @dataclass(frozen=True)

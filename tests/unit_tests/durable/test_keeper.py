@@ -1,5 +1,5 @@
-"""One worker's durable sessions: written when changed, group-committed, undone when a commit fails, dead
-owners' sessions adopted, and a session restored into the store taken up on the first request it misses."""
+"""One worker's durable sessions: written when changed, group-committed, and undone when a commit fails
+(taking sessions over from the store is tests/unit_tests/durable/test_adoption.py's)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import SessionStates
-from nemo_gym.durable.store import SessionStore, SessionTaken, StoredSession, StoreUnavailable
+from nemo_gym.durable.store import SessionStore, SessionTaken, StoreUnavailable
 from tests.full_filesystem import full, needs_mount
-from tests.unit_tests.durable.filling import MAX_WRITES, STATE, WORKER, commit_until_refused
+from tests.unit_tests.durable.filling import MAX_WRITES, STATE, WORKER
 
 pytestmark = pytest.mark.anyio
 
@@ -75,44 +75,6 @@ async def test_a_save_of_a_session_another_worker_owns_raises_and_the_rest_of_it
     assert not sessions.holds("theirs") and sessions.holds("mine")
 
 
-async def test_an_adopted_session_is_back_in_memory_as_stored(store):
-    store.write("s", DEAD, "41")
-    counters = SessionStates(int)
-    assert await DurableSessions(store, counters, OTHER).adopt(await store.read("s"))
-    assert counters["s"] == 41 and (await store.read("s")).owner == OTHER
-
-
-def restored(store: SessionStore, session_id: str, state: str) -> None:
-    store.import_sessions([StoredSession(session_id, None, 7, state, 4e9)])
-
-
-async def test_a_restored_session_is_claimed_and_held_by_the_worker_that_misses_it(store):
-    restored(store, "s", "41")
-    counters = SessionStates(int)
-    sessions = DurableSessions(store, counters, ME)
-    await sessions.take_up("s")
-    assert counters["s"] == 41 and sessions.holds("s")
-    assert ((await store.read("s")).owner, (await store.read("s")).revision) == (ME, 8)
-
-
-async def test_a_session_another_worker_owns_or_no_store_row_names_is_not_taken_up(store):
-    store.write("theirs", OTHER, "5")
-    counters = SessionStates(int)
-    sessions = DurableSessions(store, counters, ME)
-    await sessions.take_up("theirs")
-    await sessions.take_up("unknown")
-    assert counters == {} and (await store.read("theirs")).owner == OTHER
-
-
-async def test_a_restored_state_that_does_not_load_is_an_error_on_every_request_never_a_miss(store):
-    restored(store, "s", '"not a count"')
-    sessions = DurableSessions(store, SessionStates(int), ME)
-    for _ in range(2):
-        with pytest.raises(ValueError):
-            await sessions.take_up("s")
-    assert not sessions.holds("s")
-
-
 @needs_mount
 async def test_a_session_whose_write_cannot_commit_is_back_in_memory_to_what_the_store_holds(tmpfs_store, tmpfs):
     store = tmpfs_store
@@ -137,19 +99,3 @@ async def test_a_session_whose_write_cannot_commit_is_back_in_memory_to_what_the
     states["old"] += "!"
     await sessions.save(["old"])
     assert (await store.read("old")).state == states.export("old")
-
-
-@needs_mount
-async def test_a_dead_owners_session_whose_claim_cannot_commit_stays_the_dead_owners_and_out_of_memory(tmpfs_store, tmpfs):
-    store = tmpfs_store
-    dead = "f" * 16
-    store.write("orphan", dead, "7")
-    states = SessionStates(int)
-    sessions = DurableSessions(store, states, WORKER)
-    with full(tmpfs):
-        await commit_until_refused(store)
-        with pytest.raises(StoreUnavailable):
-            await sessions.adopt(await store.read("orphan"))
-        assert "orphan" not in states and not sessions.holds("orphan")
-    assert ((await store.read("orphan")).owner, (await store.read("orphan")).state) == (dead, "7")
-    assert await sessions.adopt(await store.read("orphan")) and states["orphan"] == 7

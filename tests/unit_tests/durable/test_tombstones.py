@@ -14,8 +14,11 @@ from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import SessionStates
 from nemo_gym.durable.store import StoredSession
 from nemo_gym.durable.tombstones import ended_detail, tombstone
+from nemo_gym.lifecycle.cap import LiveCount
+from nemo_gym.lifecycle.ending import SessionLifecycle
 from nemo_gym.routing.lost import Reply
 from nemo_gym.routing.worker import OWNER_KEY
+from tests.unit_tests.durable.test_adoption import no_hook
 from tests.unit_tests.replies import answered
 
 pytestmark = pytest.mark.anyio
@@ -50,10 +53,11 @@ async def test_a_tombstone_is_never_taken_up_and_a_dead_owners_one_answers_410_w
     store.import_sessions([StoredSession("s", None, 1, tombstone("Session s ended: idle for 9 s"), 4e9)])
     counters = SessionStates(int)
     sessions = DurableSessions(store, counters, ME)
-    await sessions.take_up("s")
+    adopter = Adopter(sessions, SessionLifecycle(no_hook, None, LiveCount(None, None), [], sessions, ME), lambda worker: False)
+    assert await adopter.take_up({SESSION_ID_KEY: "s", OWNER_KEY: ME}) is None
     assert not sessions.holds("s") and "s" not in counters
     store.import_sessions([StoredSession("t", DEAD, 1, tombstone("Session t ended with its /verify"), 4e9)])
-    decision = await Adopter(sessions, lambda worker: False).owner_gone(DEAD, {SESSION_ID_KEY: "t", OWNER_KEY: DEAD})
+    decision = await adopter.owner_gone(DEAD, {SESSION_ID_KEY: "t", OWNER_KEY: DEAD})
     assert isinstance(decision, Reply)
     status, _, body = await answered(decision.response)
     assert status == 410 and body["detail"] == "Session t ended with its /verify"

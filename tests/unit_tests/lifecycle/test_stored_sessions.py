@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import SessionStates
 from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, StoredSession
@@ -55,16 +56,19 @@ async def test_only_a_dead_owners_row_idle_past_the_timeout_is_ended_once_throug
     store.import_sessions([row("stale", DEAD, 2 * TIMEOUT), row("fresh", DEAD, 1), row("live", LIVE, 2 * TIMEOUT), row("restored", None, 2 * TIMEOUT)])
     ends, hook = recorded()
     counters = SessionStates(int)
-    lifecycle = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [], DurableSessions(store, counters, ME), ME, {LIVE}.__contains__)
-    lifecycle.orphans_looked_at = 0.0
+    lifecycle = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [], DurableSessions(store, counters, ME), ME)
+    adopter = Adopter(lifecycle.durable, lifecycle, {LIVE}.__contains__)
+    lifecycle.open(adopter.sweep_orphans)
+    adopter.orphans_looked_at = 0.0
     await lifecycle.sweep()
     assert ends == [("stale", EndReason.IDLE)]
     assert "idle for 120 s" in ended_detail((await store.read("stale")).state)
     assert {session_id: (await store.read(session_id)).state for session_id in ("fresh", "live", "restored")} == dict.fromkeys(("fresh", "live", "restored"), "5")
     assert "stale" not in counters
-    lifecycle.orphans_looked_at = 0.0
+    adopter.orphans_looked_at = 0.0
     await lifecycle.sweep()
     assert len(ends) == 1
+    await lifecycle.close()
 
 
 async def test_a_session_the_store_holds_for_another_worker_ends_here_as_a_conflict_and_its_row_is_left(store):
