@@ -187,7 +187,7 @@ def test_commands_are_bounded_by_the_timeout_and_the_output_cap(sandbox_dir):
 
 
 def test_a_seed_with_a_live_sessions_cookie_starts_a_new_session_with_a_sandbox_of_its_own(client, sandbox_dir):
-    # /seed_session always starts a new session (README "Session lifecycle"): the old one, and its sandbox,
+    # /seed_session always starts a new session (docs/lifecycle.md): the old one, and its sandbox,
     # stay until it ends (verify, close, idleness).
     seeded(client)
     first = sandboxes_left(sandbox_dir)

@@ -38,7 +38,7 @@ COUNTER = "counter"
 COUNTER_PORT = 8000
 RAY_VERIFY_PORT = 8001
 SECRET = "ray-cluster-test-replica-secret-0123456789"
-# Short: a killed node's sessions get their 410 soon (README "A replica set").
+# Short: a killed node's sessions get their 410 soon (docs/replicas.md).
 PEER_DEAD_AFTER_SECONDS = 5
 SESSIONS = 200
 START_TIMEOUT_SECONDS = 240
