@@ -33,6 +33,10 @@ from tests.e2e.hosts.test_replicas_across_hosts import THINK_SECONDS, increments
 from tests.e2e.hosts.test_restore_across_hosts import session_id
 from tests.hosts import CLIENT_MODULE, Host, Hosts, start_balancer, start_gym, wait_in_rotation
 from tests.postgres import Postgres, PostgresUnavailable
+from tests.programs import needs
+
+# Every test here starts swe_rebench, whose commands run in a bubblewrap jail.
+pytestmark = needs("bwrap")
 
 SESSIONS = 200
 # Below 10 s - 2 (the freeze must stay inside a replica credential's window, below) yet not so short that a loaded
