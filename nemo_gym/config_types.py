@@ -97,7 +97,7 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     # Larger request bodies get 413 before they are read.
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     # A larger request head gets 431; a head slower than this, or a body slower than this rate over
-    # such a window, gets 408 (nemo_gym/middleware/input_limits.py, README "Input every server refuses").
+    # such a window, gets 408 (nemo_gym/middleware/input_limits.py, docs/input-limits.md).
     max_header_bytes: int = Field(default=DEFAULT_MAX_HEADER_BYTES, gt=0)
     header_timeout_seconds: float = Field(default=DEFAULT_HEADER_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False)
     body_timeout_seconds: float = Field(default=DEFAULT_BODY_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False)
@@ -106,11 +106,11 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     route_sessions: bool = True
     # Balanced placement (off by default): a new session starts on the worker that has started fewest,
     # not where its first request lands; costs a hop on the later requests of a client that keeps its
-    # connection to the worker it first reached (README, "Balanced placement").
+    # connection to the worker it first reached (docs/routing.md "Balanced placement").
     place_sessions: bool = False
     # Off switch for durable sessions (on for routed servers whose class declares ``session_states``).
     durable_sessions: bool = True
-    # Session lifecycle (README "Session lifecycle"): a session with no request for this long ends (its state,
+    # Session lifecycle (docs/lifecycle.md): a session with no request for this long ends (its state,
     # its durable row and its resources go, through on_session_end); 0 or null: never idle (it then ends after
     # the cookie's max age, 14 days, without a request).
     session_idle_timeout_seconds: float | None = Field(default=3600.0, ge=0, allow_inf_nan=False)
@@ -118,16 +118,16 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     # over it gets 503 with Retry-After, before anything of it is allocated.
     max_sessions: int | None = Field(default=None, gt=0)
     # Where durable sessions are stored: a file path (SQLite), or unset: the instance's SQLite file under
-    # the state directory (nemo_gym/durable/store.py, README "Durable sessions").
+    # the state directory (nemo_gym/durable/store.py, docs/durable-sessions.md).
     session_store: str | None = None
     # With a store shared across hosts (postgresql://...): how long a worker's owner lease lasts; renewed
     # every third of it. A session whose owner's lease has expired may be adopted by any replica
-    # (nemo_gym/durable/lease.py, README "Durable sessions").
+    # (nemo_gym/durable/lease.py, docs/durable-sessions.md).
     owner_lease_seconds: float = Field(default=OWNER_LEASE_SECONDS, gt=0, allow_inf_nan=False)
     # The deadline of each operation on a store reached over a network (postgresql://...): a store that has
-    # not answered by then counts as down for it (a write gets 503 with Retry-After). README "Durable sessions".
+    # not answered by then counts as down for it (a write gets 503 with Retry-After): docs/durable-sessions.md.
     store_timeout_seconds: float = Field(default=STORE_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False)
-    # A replica set (README "A replica set"): a routed server with a configured session_secret is a replica;
+    # A replica set (docs/replicas.md): a routed server with a configured session_secret is a replica;
     # the others reach it at advertise_host (default: host; required when host is a wildcard such as
     # 0.0.0.0) on its forwarding port (default: a free one, chosen at start and named in each session).
     advertise_host: str | None = None
@@ -139,10 +139,10 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     replica_tls_keyfile: str | None = None
     replica_tls_ca_file: str | None = None
     # The root URLs (http or https, no path) of this instance's replicas on other hosts, for clients: Gym's
-    # client spreads new sessions over the instance's URL and these (README "A replica set").
+    # client spreads new sessions over the instance's URL and these (docs/replicas.md).
     replicas: list[str] = []
     # On a Ray cluster (``ray_head_node_address``), ``gym env start`` runs this many replicas, one per node,
-    # as one replica set, and lists them in ``replicas`` (README "On a Ray cluster").
+    # as one replica set, and lists them in ``replicas`` (docs/ray.md).
     num_replicas: int = Field(default=1, ge=1)
 
     @model_validator(mode="after")

@@ -124,7 +124,7 @@ class SimpleServer(BaseModel):
 
     @classmethod
     def is_replica(cls, config: BaseRunServerInstanceConfig) -> bool:
-        """A routed server with a configured ``session_secret`` is a replica of a replica set (README "A replica set")."""
+        """A routed server with a configured ``session_secret`` is a replica of a replica set (docs/replicas.md)."""
         return cls.is_routed(config) and config.session_secret is not None
 
     @classmethod
@@ -142,7 +142,7 @@ class SimpleServer(BaseModel):
     @classmethod
     def from_environment(cls) -> "SimpleServer":
         """Build the server the launcher described in this process's environment; one whose code imports
-        ray joins the config's Ray cluster first, as upstream's every server does (README "On a Ray cluster")."""
+        ray joins the config's Ray cluster first, as upstream's every server does (docs/ray.md)."""
         if code_imports_ray(server_directory(cls.__module__)):
             initialize_ray()
         return cls(config=cls.load_config_from_global_config(), server_client=ServerClient.load_from_global_config())
@@ -332,7 +332,7 @@ class SimpleServer(BaseModel):
         METERS.install(self._worker_id, self.route_sessions)
         app = self.setup_webserver()
         states = self.session_states() if self._worker_id is not None and self.config.durable_sessions else None
-        # A durable row is rewritten as a use at most every quarter of the idle timeout (README "Session lifecycle").
+        # A durable row is rewritten as a use at most every quarter of the idle timeout (docs/lifecycle.md).
         refresh = (self.config.session_idle_timeout_seconds or SESSION_MAX_AGE_SECONDS) / 4
         durable = None if states is None else DurableSessions(open_store(self.config.session_store, self.name, timeout_seconds=self.config.store_timeout_seconds), states, self._worker_id, refresh)
         self._durable = durable

@@ -284,7 +284,7 @@ def initialize_ray() -> None:
     """Upstream's: connect this process to Ray once. With the config's ``ray_head_node_address``, join that
     cluster; without one, start a local cluster and write its address into this process's global config
     (``ray_head_node_address``), so that what this process hands the config to joins it. The launcher
-    calls this for the servers that need Ray (README "On a Ray cluster"); ``RayMissing`` without the extra."""
+    calls this for the servers that need Ray (docs/ray.md); ``RayMissing`` without the extra."""
     global _NEMO_GYM_STARTED_RAY_CLUSTER
     ray = ray_cluster.ray_module("initialize_ray")
     if ray.is_initialized():

@@ -44,6 +44,7 @@ import yaml
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.env import STATE_DIR_ENV
 from nemo_gym.process.launcher import children
+from tests.programs import lacking
 
 SUBNETS = ipaddress.ip_network("10.231.0.0/16")
 # The bridge's namespace, and the bridge in it.
@@ -87,7 +88,7 @@ backend replicas
 
 
 class HostsUnavailable(RuntimeError):
-    """Network namespaces cannot be made here (not root, or no ``ip netns``)."""
+    """Network namespaces cannot be made here (not root, or no ``ip netns``), or a program the hosts run is missing."""
 
 
 def ip(*args: str) -> None:
@@ -258,6 +259,8 @@ class Hosts:
         return self.hosts[name]
 
     def __enter__(self) -> "Hosts":
+        if reason := lacking("ip", "nsenter", "unshare"):
+            raise HostsUnavailable(reason)
         if os.geteuid() != 0:
             raise HostsUnavailable("network namespaces need root")
         try:
@@ -374,6 +377,8 @@ def wait_in_rotation(host: Host, name: str, number: int, timeout: float) -> None
 def start_haproxy(host: Host, port: int, config: str, name: str = "haproxy") -> subprocess.Popen:
     """HAProxy with ``config`` on ``host`` (its config and log /tmp/NAME.cfg and .log there), once it listens on
     ``host:port``. ``nsenter`` execs it, so the process returned is HAProxy's own."""
+    if reason := lacking("haproxy"):
+        raise HostsUnavailable(reason)
     host.path(f"/tmp/{name}.cfg").write_text(config)
     with open(host.path(f"/tmp/{name}.log"), "wb") as log:
         process = host.run(["haproxy", "-db", "-f", f"/tmp/{name}.cfg"], stdout=log, stderr=subprocess.STDOUT)

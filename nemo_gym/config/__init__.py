@@ -25,7 +25,7 @@ from nemo_gym.env import DEFAULT_HOST
 REPO_ROOT = INSTALL_ROOT
 INSTANCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 # Upstream's global keys: accepted and kept, never read as instances, and handed to every server. Of
-# these, this project acts on config_paths and ray_head_node_address (README "On a Ray cluster").
+# these, this project acts on config_paths and ray_head_node_address (docs/ray.md).
 # Upstream also reserves _inherit_from and _copy: here they are directives inside a block
 # (directives.py), and one at the top level is an error.
 RESERVED_KEYS = frozenset(

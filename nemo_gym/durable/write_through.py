@@ -19,7 +19,7 @@ from nemo_gym.sessions.token import is_mcp_path, token_session_id
 
 # On a reply sent again for a request applied already (as Stripe's API names it).
 REPLAYED_HEADER = "Idempotent-Replayed"
-# ``GET /``: whether this worker serves, whatever the store is doing (README, "Durable sessions").
+# ``GET /``: whether this worker serves, whatever the store is doing (docs/durable-sessions.md "PostgreSQL hung").
 LIVENESS_PATH = "/"
 
 

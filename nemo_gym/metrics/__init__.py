@@ -5,7 +5,7 @@
 - ``exposition``: the per-instance multi-process directory, and the text a scrape answers with.
 - ``layers``: the ASGI layers: the endpoint (which also counts replies by status) and served-here counting.
 
-README "Metrics" lists every metric.
+docs/metrics.md lists every metric.
 """
 
 from nemo_gym.metrics.meters import METERS, session_ended

@@ -37,7 +37,7 @@ IDLE = Idle()
 
 
 class Meters:
-    """Every metric of a server process (README "Metrics" lists them); each attribute is a bound meter."""
+    """Every metric of a server process (docs/metrics.md lists them); each attribute is a bound meter."""
 
     def __init__(self) -> None:
         self.registry: Any = None

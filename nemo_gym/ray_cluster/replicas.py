@@ -5,7 +5,7 @@ start fails, naming the nodes alive, when the cluster has fewer). On each a ``Re
 pinned to its bundle, starts the replica's keeper (``nemo_gym.ray_cluster.keeper``): a launcher of
 that one instance on that node, with the node's address as ``host`` and ``advertise_host``, its
 ``num_workers``, one ``session_secret`` for the set (the configured one, or one made for this start)
-and ``replicas`` listing every replica's URL: one replica set (README "A replica set"). The
+and ``replicas`` listing every replica's URL: one replica set (docs/replicas.md). The
 instance's settings in the config every other server gets name the first replica as ``host`` and
 all in ``replicas``, so Gym's client spreads new sessions over them.
 

@@ -26,7 +26,7 @@ from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNo
 class MemoryAgentConfig(BaseResponsesAPIAgentConfig):
     model_server: ModelServerRef
     # Conversations kept per worker; past this, the one used least recently is forgotten. (Not ``max_sessions``:
-    # that is every server's cap on live sessions, README "Session lifecycle", which refuses new ones instead.)
+    # that is every server's cap on live sessions, docs/lifecycle.md, which refuses new ones instead.)
     max_conversations: int = Field(10_000, gt=0)
 
 

@@ -84,7 +84,7 @@ class SimpleAgent(SimpleResponsesAPIAgent):
     async def run(self, request: Request, response: HTTPResponse, body: BaseRunRequest) -> dict[str, Any]:
         cookies = dict(request.cookies)
         if NEW_SESSION_SCOPE_KEY in request.scope:
-            # A new agent session: the caller's agent cookie, if any, names one that ended (README "Session lifecycle").
+            # A new agent session: the caller's agent cookie, if any, names one that ended (docs/lifecycle.md).
             cookies.pop(self.session_cookie, None)
         resources = self.config.resources_server.name
         row = body.model_dump(mode="json", by_alias=True, exclude_none=True)

@@ -35,6 +35,10 @@ from tests.e2e.test_swe_rebench_one_worker import episodes, sandboxes_in
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, steps
 from tests.session_cookies import session_of
 from tests.unit_tests.metrics.scrape import value
+from tests.programs import needs
+
+# Every test here starts swe_rebench, whose commands run in a bubblewrap jail.
+pytestmark = needs("bwrap")
 
 ROOT = Path(__file__).resolve().parents[1] / "lifecycle_servers"
 SECRET = "session-lifecycle-end-to-end-test-secret"

@@ -19,6 +19,10 @@ from resources_servers.swe_rebench.tmpfs import mounts_under
 from responses_api_models.scripted_backend.app import swe_rebench_playbook
 from tests.e2e.test_swe_rebench_one_worker import EPISODES, SWE, episodes, sandboxes_in
 from tests.e2e.test_swe_rebench_sweep import assert_nothing_left, swe_alone
+from tests.programs import needs
+
+# Every test here starts swe_rebench, whose commands run in a bubblewrap jail.
+pytestmark = needs("bwrap")
 
 KILLED = 2
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections import Counter
 
 from tests.e2e.test_swe_rebench_one_worker import EPISODES, SWE, episodes, run_through_relay, sandboxes_in, swe_stack
+from tests.programs import needs
+
+# Every test here starts swe_rebench, whose commands run in a bubblewrap jail.
+pytestmark = needs("bwrap")
 
 
 def test_200_sessions_at_8_workers_all_score_spread_over_workers_and_leave_no_sandbox(start_servers, tmp_path):

@@ -14,6 +14,10 @@ from nemo_gym import config as gym_config
 from nemo_gym.client.reading import ReadingClient
 from nemo_gym.client.rollouts import read_rows, run_episodes
 from nemo_gym.config import REPO_ROOT
+from tests.programs import needs
+
+# Every test here starts swe_rebench, whose commands run in a bubblewrap jail.
+pytestmark = needs("bwrap")
 
 SWE = "swe_rebench"
 RELAY = "swe_rebench_legacy_agent"

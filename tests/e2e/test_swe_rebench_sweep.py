@@ -15,6 +15,10 @@ from nemo_gym.process.launcher import LaunchError
 from nemo_gym.process.run import WORKER_HEALTHCHECK_SECONDS
 from resources_servers.swe_rebench.tmpfs import mounts_under
 from tests.e2e.test_swe_rebench_one_worker import SWE, episodes, sandboxes_in
+from tests.programs import needs
+
+# Every test here starts swe_rebench, whose commands run in a bubblewrap jail.
+pytestmark = needs("bwrap")
 
 
 def swe_alone(sandbox_dir: Path, **settings) -> dict:

@@ -1,5 +1,5 @@
 """Which servers need Ray (their code imports it), what happens without the extra, and when the launcher
-connects to a cluster; a process the launcher starts dies with it (README "On a Ray cluster")."""
+connects to a cluster; a process the launcher starts dies with it (docs/ray.md)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ window of its own clock either way: ``WINDOW_SECONDS`` (how well the clocks agre
 ``peer_dead_after_seconds`` (a replica frozen, by SIGSTOP or a stalled VM, reads what its peers sent
 it when it resumes, and they wait that long before they count it dead, so what it reads then is
 still served). Within the window the very same request can be sent again by whoever saw it, which TLS
-between the replicas prevents (README, "A replica set").
+between the replicas prevents (docs/replicas.md).
 
 Bound to the session headers' raw values rather than to the session they name: the receiver checks
 them before anything reads the session (no second verification of the cookie's signature), and they

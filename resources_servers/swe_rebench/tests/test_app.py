@@ -10,6 +10,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.openai_utils import new_response
 from resources_servers.swe_rebench.app import SweRebenchServer
 from responses_api_models.scripted_backend.app import SWE_REBENCH_FIXES, swe_rebench_playbook
+from tests.programs import lacking
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "example.jsonl"
 ROWS = {row["task_id"]: row for row in map(json.loads, DATA.read_text().splitlines())}
@@ -26,6 +27,8 @@ def server(sandbox_dir):
 
 
 def make_server(sandbox_dir, **settings) -> SweRebenchServer:
+    if "bwrap" not in settings and not settings.get("unsafe_no_jail") and (reason := lacking("bwrap")):
+        pytest.skip(reason)
     data = {"swe_rebench": {"resources_servers": {"swe_rebench": {"sandbox_dir": str(sandbox_dir), **settings}}}}
     return SweRebenchServer.for_instance("swe_rebench", gym_config.parse(data))
 
@@ -187,7 +190,7 @@ def test_commands_are_bounded_by_the_timeout_and_the_output_cap(sandbox_dir):
 
 
 def test_a_seed_with_a_live_sessions_cookie_starts_a_new_session_with_a_sandbox_of_its_own(client, sandbox_dir):
-    # /seed_session always starts a new session (README "Session lifecycle"): the old one, and its sandbox,
+    # /seed_session always starts a new session (docs/lifecycle.md): the old one, and its sandbox,
     # stay until it ends (verify, close, idleness).
     seeded(client)
     first = sandboxes_left(sandbox_dir)

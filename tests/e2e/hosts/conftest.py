@@ -2,7 +2,7 @@
 
 ``lan``: a ``tests.hosts.Hosts`` of the hosts ``h1``, ``h2``, ``h3`` (replicas), ``balancer`` (HAProxy),
 ``client`` (the test client) and ``db`` (a PostgreSQL, for the tests that share a store), made once per module and removed at its end; the module is
-skipped, with the reason, where network namespaces cannot be made (not root).
+skipped, with the reason, where network namespaces cannot be made (not root, no ``ip``) or HAProxy is missing.
 
 ``replicas``: a ``ReplicaSet``: the counter at 2 workers on each of h1, h2, h3 (``gym env start`` run
 inside each host, ``host`` its address, the same ``session_secret`` everywhere), behind HAProxy round
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.hosts import Host, Hosts, HostsUnavailable, start_balancer, start_gym
+from tests.programs import lacking
 
 REPLICA_HOSTS = ["h1", "h2", "h3"]
 # ``db``: where a test runs a PostgreSQL of its own (tests/postgres.py), as a host of its own.
@@ -32,6 +33,8 @@ START_TIMEOUT_SECONDS = 180
 
 @pytest.fixture(scope="module")
 def lan() -> Iterator[Hosts]:
+    if reason := lacking("haproxy"):
+        pytest.skip(f"no balancer for the hosts here: {reason}")
     try:
         hosts = Hosts(HOST_NAMES).__enter__()
     except HostsUnavailable as error:

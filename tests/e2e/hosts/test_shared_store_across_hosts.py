@@ -33,6 +33,10 @@ from tests.e2e.hosts.test_replicas_across_hosts import THINK_SECONDS, increments
 from tests.e2e.hosts.test_restore_across_hosts import session_id
 from tests.hosts import CLIENT_MODULE, Host, Hosts, start_balancer, start_gym, wait_in_rotation
 from tests.postgres import Postgres, PostgresUnavailable
+from tests.programs import needs
+
+# Every test here starts swe_rebench, whose commands run in a bubblewrap jail.
+pytestmark = needs("bwrap")
 
 SESSIONS = 200
 # Below 10 s - 2 (the freeze must stay inside a replica credential's window, below) yet not so short that a loaded
@@ -43,7 +47,7 @@ LEASE_SECONDS = 6
 PEER_DEAD_AFTER_SECONDS = 8
 # Long enough for h1 to count h2 dead, h2's lease to expire, and h1 to adopt h2's sessions; shorter than a
 # replica credential's window (10 s + peer_dead_after_seconds), for the requests forwarded to h2 before it
-# froze, which it reads when thawed (README "A replica set": past the window they would get 401).
+# froze, which it reads when thawed (docs/replicas.md, its credentials: past the window they would get 401).
 FREEZE_SECONDS = PEER_DEAD_AFTER_SECONDS + LEASE_SECONDS + 2
 # Beyond the lease, the seconds a dead host's session has for its first 200: the refused connection is
 # seen at once, then each try is a 503 waited out (Retry-After 1, at most the think time), so one more

@@ -26,6 +26,10 @@ from nemo_gym.client.rollouts import read_rows
 from nemo_gym.config import REPO_ROOT
 from tests.e2e.hosts.conftest import REPLICA_HOSTS, SESSION_SECRET, START_TIMEOUT_SECONDS, WORKERS
 from tests.hosts import Host, Hosts, run_client, start_balancer, start_gym
+from tests.programs import needs
+
+# Every test here starts swe_rebench, whose commands run in a bubblewrap jail.
+pytestmark = needs("bwrap")
 
 COUNTER_PORT, MEMORY_PORT, SWE_PORT = 8000, 8001, 8002
 SEQUENCES = 200

@@ -31,6 +31,7 @@ from tests.e2e.hosts.conftest import ReplicaSet
 from tests.e2e.hosts.test_replicas_across_hosts import assert_lost_and_kept, run_until_dead
 from tests.e2e.ray.conftest import RayCluster
 from tests.hosts import is_running, tail, run_client, run_json, run_python, start_balancer, start_gym
+from tests.programs import lacking
 
 UPSTREAM_STYLE = REPO_ROOT / "tests" / "upstream_style"
 COUNTER_ROWS = REPO_ROOT / "resources_servers" / "example_session_state_mgmt" / "data" / "example.jsonl"
@@ -38,7 +39,7 @@ COUNTER = "counter"
 COUNTER_PORT = 8000
 RAY_VERIFY_PORT = 8001
 SECRET = "ray-cluster-test-replica-secret-0123456789"
-# Short: a killed node's sessions get their 410 soon (README "A replica set").
+# Short: a killed node's sessions get their 410 soon (docs/replicas.md).
 PEER_DEAD_AFTER_SECONDS = 5
 SESSIONS = 200
 START_TIMEOUT_SECONDS = 240
@@ -130,6 +131,8 @@ def stack(cluster: RayCluster) -> Iterator[Gym]:
 @pytest.fixture(scope="module")
 def replicas(cluster: RayCluster) -> Iterator[ReplicaSet]:
     """The counter's replicas alone, behind HAProxy round robin on the client host."""
+    if reason := lacking("haproxy"):
+        pytest.skip(f"no balancer for the replicas here: {reason}")
     config = {"ray_head_node_address": cluster.address, COUNTER: {"resources_servers": {"example_session_state_mgmt": counter_settings()}}}
     for gym in start(cluster, config):
         client = cluster.lan["client"]

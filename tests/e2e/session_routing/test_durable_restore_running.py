@@ -67,5 +67,5 @@ def test_sessions_restored_into_a_running_server_continue_at_once_with_their_old
     assert [(reply.status, reply.body) for reply in read] == [(200, {"count": number + 1}) for number in range(SESSIONS)]
     assert [reply.status for reply in added] == [200] * SESSIONS
     assert [(reply.status, reply.body["reward"]) for reply in verified] == [(200, 1.0)] * SESSIONS
-    # Every session ended with its verify: each row is its tombstone (README "Session lifecycle").
+    # Every session ended with its verify: each row is its tombstone (docs/lifecycle.md).
     assert all(ended_detail(state) is not None for _, _, state in rows(state_dir).values())
