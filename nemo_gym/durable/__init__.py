@@ -9,6 +9,6 @@
 - ``keeper``: one worker's side: write a session's state when it changed, and hold what it takes over.
 - ``write_through``: the middleware that writes each changed session before the reply starts.
 - ``adoption``: every way a session is taken over from the store (a dead owner's, a restored row, an idle orphan), and the router's lost-session policy: adopt it, or 410.
-- ``refusals``: the 503s (and 500) of a durable worker that cannot serve a request as asked.
+- ``replies``: what a durable worker answers in place of the app: a replayed reply, a 409, and its refusals (503s, 500).
 - ``transfer``: the file ``gym sessions export`` writes and ``gym sessions restore`` loads.
 """

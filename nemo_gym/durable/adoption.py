@@ -19,10 +19,11 @@ from typing import Any
 from starlette.responses import Response
 
 from nemo_gym import SESSION_ID_KEY
+from nemo_gym.durable.applied import remembered
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, StoredSession, StoreUnavailable
 from nemo_gym.durable.tombstones import ended_detail
-from nemo_gym.durable.refusals import not_taken_up, owned_elsewhere
+from nemo_gym.durable.replies import not_taken_up, owned_elsewhere, replayed
 from nemo_gym.lifecycle.ending import SessionLifecycle
 from nemo_gym.lifecycle.registry import EndReason
 from nemo_gym.lifecycle.replies import ended_session
@@ -40,7 +41,8 @@ class Adopter:
     the server keeps no durable state for it): 410, as without durability. A live worker that adopted it
     already (the request came with an MCP token, which still names the dead owner): forward it there. A
     dead worker, or none (a row ``gym sessions restore`` left): this worker adopts it, and the request is
-    served here. A tombstone (the session ended): 410 saying why. ``is_alive`` is the transport's.
+    served here. A tombstone (the session ended): 410 saying why, or, for the request that ended it sent
+    again with its id (``request``), its stored reply. ``is_alive`` is the transport's.
 
     With owner leases (a store shared across hosts, ``durable.lease``), the kernel's word counts only for
     an owner of this worker's liveness domain (as above); an owner elsewhere is dead once its lease has
@@ -85,12 +87,12 @@ class Adopter:
             session[OWNER_KEY] = self.sessions.owner
             session.update(self.replica)
 
-    async def owner_gone(self, owner: str, session: dict[str, Any]) -> Decision:
+    async def owner_gone(self, owner: str, session: dict[str, Any], request: str | None = None) -> Decision:
         session_id = session_id_of(session)
         try:
             while (stored := await self.stored(session_id)) is not None and stored.owner != self.sessions.owner:
-                if (detail := ended_detail(stored.state)) is not None:
-                    return Reply(ended_session(detail))
+                if ended_detail(stored.state) is not None:
+                    return Reply(after_the_end(stored, request))
                 holder = None if self.sessions.lease is None or stored.owner is None else await self.sessions.holder(stored.owner)
                 # Where the kernel's word counts: no leases (one host), or an owner of this worker's domain.
                 local = self.sessions.lease is None or stored.owner is None or (holder is not None and holder.domain == self.sessions.lease.domain)
@@ -108,7 +110,7 @@ class Adopter:
         self.name_this_worker(session)  # adopted here already: the cookie still named the dead owner
         return ServeHere()
 
-    async def owner_died(self, owner: str, session: dict[str, Any]) -> Reply:
+    async def owner_died(self, owner: str, session: dict[str, Any], request: str | None = None) -> Reply:
         """The session is kept if it is durable: the caller may retry."""
         try:
             stored = await self.stored(session_id_of(session))
@@ -116,8 +118,8 @@ class Adopter:
             return Reply(not_taken_up(error, f"Session of dead worker {owner}"))
         if stored is None:
             return Reply(lost_session(owner))
-        if (detail := ended_detail(stored.state)) is not None:
-            return Reply(ended_session(detail))
+        if ended_detail(stored.state) is not None:
+            return Reply(after_the_end(stored, request))
         return Reply(
             retry_later(
                 f"Worker {owner}, which owned this session, died while handling this request. The session's "
@@ -125,9 +127,9 @@ class Adopter:
             )
         )
 
-    async def take_up(self, session: dict) -> Response | None:
-        """Before serving a request that names ``session`` (its cookie's): None to serve it, else the reply it
-        gets instead. A session this worker does not hold is adopted if the store has it owned by no worker
+    async def take_up(self, session: dict, request: str | None = None) -> Response | None:
+        """Before serving a request that names ``session`` (its cookie's), with the id ``request``: None to serve
+        it, else the reply it gets instead (its stored reply, if its session ended with it already). A session this worker does not hold is adopted if the store has it owned by no worker
         (restored by ``gym sessions restore``), or, with leases, by a worker whose lease has expired; one
         another worker holds under a live lease gets 503 naming that worker (``owned_elsewhere``). Only
         that miss reads the store, so a held session's requests read nothing. A stored state that does not
@@ -136,7 +138,8 @@ class Adopter:
         try:
             while not self.sessions.holds(session_id) and (stored := await self.sessions.store.read(session_id)) is not None:
                 if ended_detail(stored.state) is not None:
-                    return None  # the lifecycle answers for an ended session
+                    applied = None if request is None else remembered(stored.state, request)
+                    return None if applied is None else replayed(applied)  # else the lifecycle answers for it
                 if stored.owner not in (None, self.sessions.owner):
                     if self.sessions.lease is None:
                         return None
@@ -170,6 +173,13 @@ class Adopter:
 
     async def stored(self, session_id: str | None) -> StoredSession | None:
         return None if session_id is None else await self.sessions.store.read(session_id)
+
+
+def after_the_end(tombstone: StoredSession, request: str | None) -> Response:
+    """For a request of an ended session: its stored reply, if it is the one that ended it (a verify sent
+    again), else 410 saying how the session ended."""
+    applied = None if request is None else remembered(tombstone.state, request)
+    return ended_session(ended_detail(tombstone.state)) if applied is None else replayed(applied)
 
 
 def session_id_of(session: dict[str, Any]) -> str | None:

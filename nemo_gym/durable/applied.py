@@ -61,6 +61,11 @@ def wrap(state: str, applied: list[Applied]) -> str:
     return json.dumps({STATE_KEY: state, APPLIED_KEY: [item.to_json() for item in applied]})
 
 
+def remembered(row: str, request_id: str) -> Applied | None:
+    """The request ``request_id`` as the row remembers it, if it does."""
+    return next((applied for applied in unwrap(row)[1] if applied.request_id == request_id), None)
+
+
 def unwrap(row: str) -> tuple[str, list[Applied]]:
     """The state text a row holds, and the requests it remembers."""
     if not row.startswith(PREFIX):

@@ -77,7 +77,7 @@ class DurableSessions:
         for session_id in session_ids:
             state = self.row(session_id)
             pending = self.pending.get(session_id)
-            if applied is not None and session_id not in self.ending and state is not None:
+            if applied is not None and state is not None:
                 if state != (pending[0] if pending is not None else self.written.get(session_id)):
                     self.applied[session_id] = [*self.applied.get(session_id, ()), applied][-WINDOW:]
                     state = self.row(session_id)
@@ -93,7 +93,7 @@ class DurableSessions:
     def row(self, session_id: str) -> str | None:
         """What the session's row should hold now: its tombstone, or its state with the requests it remembers."""
         if session_id in self.ending:
-            return self.ending[session_id]
+            return wrap(self.ending[session_id], self.applied.get(session_id, []))
         state = self.states.export(session_id)
         return None if state is None else wrap(state, self.applied.get(session_id, []))
 
@@ -155,8 +155,9 @@ class DurableSessions:
                 for session_id, state in group.items():
                     if self.pending.get(session_id, (None, None))[1] is outcome:
                         del self.pending[session_id]
-                    if state is not None and self.ending.get(session_id) == state:
+                    if session_id in self.ending and self.row(session_id) == state:
                         del self.ending[session_id]
+                        self.applied.pop(session_id, None)
                     # A tombstone is the store's, no longer this worker's to hold.
                     if state is None or session_id in taken or ended_detail(state) is not None:
                         self.written.pop(session_id, None)
@@ -175,7 +176,7 @@ class DurableSessions:
             if self.pending.get(session_id, (None, None))[1] is not outcome:
                 continue
             del self.pending[session_id]
-            if session_id in self.ending and self.ending[session_id] == group[session_id]:
+            if session_id in self.ending and self.row(session_id) == group[session_id]:
                 continue  # an end's tombstone: the state is gone already, the tombstone is written with the next save
             self.hold(session_id, self.written.get(session_id))
 
@@ -183,12 +184,12 @@ class DurableSessions:
         """The session is over: its state goes from memory, and from the store with the next ``save`` of it, which
         leaves a tombstone with ``detail`` in its row (None: only this worker's copy goes; the row is left)."""
         self.states.end(session_id)
-        self.applied.pop(session_id, None)
         if detail is None:
+            self.applied.pop(session_id, None)
             self.written.pop(session_id, None)
             self.written_at.pop(session_id, None)
         else:
-            self.ending[session_id] = tombstone(detail)
+            self.ending[session_id] = tombstone(detail)  # its row remembers the requests it did, and the one that ended it
 
     def drop(self, session_id: str) -> None:
         """Another worker owns the session in the store now: this worker's copy of it goes from memory."""

@@ -3,39 +3,22 @@
 from __future__ import annotations
 
 from itsdangerous import URLSafeSerializer
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.applied import KEPT_BODY_BYTES, Applied, kept_headers
-from nemo_gym.durable.refusals import lease_not_renewed, owned_elsewhere, store_unavailable
+from nemo_gym.durable.replies import in_flight, lease_not_renewed, owned_elsewhere, replayed, store_unavailable
 from nemo_gym.durable.store import SessionTaken, StoreUnavailable
-from nemo_gym.routing.lost import RETRY_AFTER_SECONDS, retry_later
+from nemo_gym.routing.lost import retry_later
 from nemo_gym.routing.request_id import ID_HEADER_NAME, MAX_ID_LENGTH, request_id, valid_id
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
 from nemo_gym.sessions.token import is_mcp_path, token_session_id
 
 
-# On a reply sent again for a request applied already (as Stripe's API names it).
-REPLAYED_HEADER = "Idempotent-Replayed"
 # ``GET /``: whether this worker serves, whatever the store is doing (docs/durable-sessions.md "PostgreSQL hung").
 LIVENESS_PATH = "/"
-
-
-def replayed(applied: Applied) -> Response:
-    """The reply of a request its session applied already, sent again in place of running it a second time."""
-    if applied.body is None:
-        detail = f"This request ({ID_HEADER_NAME} {applied.request_id}) was applied already; its reply was too large to keep."
-        return JSONResponse(status_code=applied.status, content={"detail": detail}, headers={REPLAYED_HEADER: "true"})
-    headers = {name: value for name, value in applied.headers if name.lower() != "content-type"}
-    media_type = next((value for name, value in applied.headers if name.lower() == "content-type"), None)
-    return Response(applied.body, status_code=applied.status, headers={**headers, REPLAYED_HEADER: "true"}, media_type=media_type)
-
-
-def in_flight(request: str) -> JSONResponse:
-    detail = f"A request with {ID_HEADER_NAME} {request} is being served now; retry it once that one is answered."
-    return JSONResponse(status_code=409, content={"detail": detail}, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
 class WriteThrough:
@@ -86,14 +69,14 @@ class WriteThrough:
             await lease_not_renewed()(scope, receive, send)
             return
         epoch = self.sessions.epoch
-        if NEW_SESSION_SCOPE_KEY not in scope and (refusal := await self.adopter.take_up(session)) is not None:
-            await refusal(scope, receive, send)
+        request = None if written_id is None else written_id.decode()
+        if NEW_SESSION_SCOPE_KEY not in scope and (instead := await self.adopter.take_up(session, request)) is not None:
+            await instead(scope, receive, send)
             return
         token_session = token_session_id(scope, self.tokens) if is_mcp_path(scope["path"]) else None
-        if written_id is None:
+        if request is None:
             await self.app(scope, receive, self.writing(scope, receive, send, session, session_id, token_session, epoch, None))
             return
-        request = written_id.decode()
         # First: a request still being served may have its id in memory already, gathered for a commit that can still fail.
         if (session_id, request) in self.serving:
             await in_flight(request)(scope, receive, send)

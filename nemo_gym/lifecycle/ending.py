@@ -4,8 +4,8 @@
 ``registry``), stops counting toward the caps (``cap``) and as live in the metrics (``nemo_gym.metrics``:
 ended by reason), the server's hook ``on_session_end(session_id, reason)`` runs (awaited; an error in it
 is logged, and the session is ended all the same), then the framework drops the session's durable state,
-and its row becomes a tombstone, written with the request's reply (verify, close) or at once (idle,
-expiry); one the store refused is written again by each sweep until it is. A second end of the same
+and its row becomes a tombstone, written with the reply of the request that ended it (verify, which the
+tombstone remembers by its request id) or at once (close, idle, expiry); one the store refused is written again by each sweep until it is. A second end of the same
 session does nothing.
 
 The sweeper runs in each worker, every quarter of ``session_idle_timeout_seconds`` (at most a minute): a
@@ -124,6 +124,8 @@ class SessionLifecycle:
             self.durable.end(session_id)  # the row is the other worker's
             return
         self.durable.end(session_id, detail)
+        if self.registry.busy.get(session_id):
+            return  # ended by a request of its own (verify): its write-through writes the tombstone with that request's reply
         try:
             await self.durable.save([session_id])
         except Exception as error:  # the tombstone waits for the next sweep

@@ -46,10 +46,11 @@ Decision = ServeHere | ForwardTo | Reply
 class LostSessionPolicy(Protocol):
     """``session`` is the session the request names, as the router read it (cookie or token)."""
 
-    async def owner_gone(self, owner: str, session: dict[str, Any]) -> Decision:
-        """The owner is dead and never got the request, whose body can be given again from the start."""
+    async def owner_gone(self, owner: str, session: dict[str, Any], request: str | None = None) -> Decision:
+        """The owner is dead and never got the request, whose body can be given again from the start.
+        ``request``: its id (``Idempotency-Key``), if it has one."""
 
-    async def owner_died(self, owner: str, session: dict[str, Any]) -> Reply:
+    async def owner_died(self, owner: str, session: dict[str, Any], request: str | None = None) -> Reply:
         """The owner died while it had the request, before its reply started: whether the request took
         effect is unknown, so it is neither served nor sent again, only answered."""
 
@@ -71,8 +72,8 @@ def retry_later(detail: str) -> JSONResponse:
 class LostWithOwner:
     """A session lives only in its owner's memory: once the owner is dead, the session is lost (410)."""
 
-    async def owner_gone(self, owner: str, session: dict[str, Any]) -> Decision:
+    async def owner_gone(self, owner: str, session: dict[str, Any], request: str | None = None) -> Decision:
         return Reply(lost_session(owner))
 
-    async def owner_died(self, owner: str, session: dict[str, Any]) -> Reply:
+    async def owner_died(self, owner: str, session: dict[str, Any], request: str | None = None) -> Reply:
         return Reply(lost_session(owner))

@@ -25,6 +25,12 @@ def request_id(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     return None
 
 
+def id_of(scope: dict) -> str | None:
+    """The request's id as text (the router gave every request that may change state one), or None."""
+    value = request_id(scope["headers"])
+    return None if value is None else value.decode("latin-1")
+
+
 def valid_id(value: bytes) -> bool:
     return 0 < len(value) <= MAX_ID_LENGTH and all(0x21 <= byte <= 0x7E for byte in value)
 

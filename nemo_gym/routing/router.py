@@ -23,7 +23,7 @@ from nemo_gym.routing.lost import Decision, ForwardTo, LostSessionPolicy, Reply,
 from nemo_gym.routing.owner import AmbiguousSession, OwnerReader, owner_of
 from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.replica import forward_address, owner_label, replica_of
-from nemo_gym.routing.request_id import ID_HEADER, SAFE_METHODS, new_id_header
+from nemo_gym.routing.request_id import ID_HEADER, SAFE_METHODS, id_of, new_id_header
 from nemo_gym.routing.transport.credentials import AUTH_HEADER_KEY, request_target
 from nemo_gym.routing.transport.private_server import CLIENT_HEADER
 from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY, TcpTransport
@@ -114,9 +114,9 @@ class SessionRouter:
                 return
             except OwnerGone as gone:
                 receive = gone.replay or receive
-                decision = await self.lost.owner_gone(owner, session)
+                decision = await self.lost.owner_gone(owner, session, id_of(scope))
             except OwnerDied:
-                decision = await self.lost.owner_died(owner, session)
+                decision = await self.lost.owner_died(owner, session, id_of(scope))
             except OwnerBusy:
                 decision = Reply(busy_owner(owner, self.forwarder.busy_wait_seconds))
             match decision:
@@ -144,9 +144,9 @@ class SessionRouter:
             return
         except OwnerGone as gone:
             receive = gone.replay or receive
-            decision = await self.lost.owner_gone(dead_replica_owner(owner, replica, address, transport), session)
+            decision = await self.lost.owner_gone(dead_replica_owner(owner, replica, address, transport), session, id_of(scope))
         except OwnerDied:
-            decision = await self.lost.owner_died(dead_replica_owner(owner, replica, address, transport), session)
+            decision = await self.lost.owner_died(dead_replica_owner(owner, replica, address, transport), session, id_of(scope))
         except OwnerBusy:
             decision = Reply(silent_replica(owner, replica, address, self.replicas.busy_wait_seconds, transport.dead_after_seconds))
         match decision:

@@ -1,6 +1,7 @@
 """Request ids end to end: a request sent again with its ``Idempotency-Key`` is applied once and gets its
-original reply, on any worker, after its owner was SIGKILLed, after a restart and after export/restore
-(the counter at 4 workers with its SQLite store; ``requests`` and ``httpx`` as the clients)."""
+original reply, on any worker, after its owner was SIGKILLed, after a restart and after export/restore, and
+a verify sent again after it ended its session gets its reward again, not 410 (the counter at 4 workers with
+its SQLite store; ``requests`` and ``httpx`` as the clients)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import requests
 
 from nemo_gym.client.reading import cookie_header
 from nemo_gym.process.launcher import Launcher
+from scripts.bench.client import VERIFY_BODY
 from tests.e2e.session_routing.test_durable_sessions import COUNTER, SECRET, counter_config, kill, launch, restored
 from tests.session_cookies import cookie_owner
 
@@ -98,6 +100,39 @@ def test_a_request_sent_again_with_its_id_after_its_owner_was_sigkilled_is_appli
     kill(counter, victim)
     applied_once_with_original_replies(episodes, url)
     assert held > 1 and victim not in {cookie_owner(episode.cookies, COUNTER, SECRET) for episode in episodes}
+
+
+def verified(episodes: list[Episode]) -> dict[str, tuple[int, bytes]]:
+    """Each episode's verify, under an id of its own, by its key: its reply (the reward)."""
+    replies = {}
+    for episode in episodes:
+        key = f"verify-{uuid.uuid4()}"
+        reply = episode.post("/verify", {**VERIFY_BODY, "expected_count": episode.start + 2}, key)
+        assert reply.status_code == 200 and reply.json()["reward"] == 1.0, reply.text
+        replies[key] = (reply.status_code, reply.content)
+    return replies
+
+
+def sent_again_after_the_end(episodes: list[Episode], replies: dict[str, tuple[int, bytes]]) -> None:
+    """Each verify sent again with its id got its original reply, replayed; one without its id gets 410 (the session ended once)."""
+    for episode, (key, original) in zip(episodes, replies.items()):
+        reply = episode.post("/verify", {**VERIFY_BODY, "expected_count": episode.start + 2}, key)
+        assert (reply.status_code, reply.content, reply.headers.get("Idempotent-Replayed")) == (*original, "true"), reply.text
+        assert episode.post("/verify", {**VERIFY_BODY, "expected_count": episode.start + 2}).status_code == 410
+
+
+def test_a_verify_sent_again_with_its_id_after_its_session_ended_gets_its_original_reward_not_410(counter):
+    episodes = incremented(counter.instances[COUNTER].url)
+    sent_again_after_the_end(episodes, verified(episodes))
+
+
+def test_a_verify_sent_again_with_its_id_after_its_owner_was_sigkilled_gets_its_original_reward_not_410(counter):
+    episodes = incremented(counter.instances[COUNTER].url)
+    replies = verified(episodes)
+    victim, held = Counter(cookie_owner(episode.cookies, COUNTER, SECRET) for episode in episodes).most_common(1)[0]
+    kill(counter, victim)
+    sent_again_after_the_end(episodes, replies)
+    assert held > 1
 
 
 def test_an_id_that_is_not_printable_ascii_or_is_too_long_gets_400_and_changes_nothing(counter):

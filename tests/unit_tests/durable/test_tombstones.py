@@ -10,6 +10,7 @@ from hypothesis import given, strategies as st
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.adoption import Adopter
+from nemo_gym.durable.applied import Applied, remembered, wrap
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import SessionStates
 from nemo_gym.durable.store import StoredSession
@@ -90,3 +91,31 @@ async def test_a_session_another_worker_owns_at_a_commit_is_reported(store):
     with pytest.raises(Exception):
         await sessions.save(["s"])
     assert taken == ["s"]
+
+
+async def test_a_tombstone_written_with_the_reply_of_the_request_that_ended_it_remembers_that_request(store):
+    counters = SessionStates(int)
+    sessions = DurableSessions(store, counters, ME)
+    counters["s"] = 3
+    await sessions.save(["s"], Applied("increment", 200, (), b"{}"))
+    sessions.end("s", "Session s ended with its /verify")
+    verify = Applied("verify", 200, (("content-type", "application/json"),), b'{"reward": 1.0}')
+    await sessions.save(["s"], verify)
+    row = (await store.read("s")).state
+    assert ended_detail(row) == "Session s ended with its /verify"
+    assert (remembered(row, "verify"), remembered(row, "increment"), remembered(row, "other")) == (verify, Applied("increment", 200, (), b"{}"), None)
+    assert not sessions.holds("s") and sessions.reply("s", "verify") is None  # the store's now: read from its row
+
+
+@pytest.mark.parametrize("request_id, status", [("verify", 200), ("other", 410), (None, 410)])
+async def test_a_dead_owners_tombstone_answers_the_request_that_ended_it_with_its_reply_and_any_other_410(store, request_id, status):
+    verify = Applied("verify", 200, (("content-type", "application/json"),), b'{"reward": 1.0}')
+    store.import_sessions([StoredSession("t", DEAD, 1, wrap(tombstone("Session t ended with its /verify"), [verify]), 4e9)])
+    sessions = DurableSessions(store, SessionStates(int), ME)
+    adopter = Adopter(sessions, SessionLifecycle(no_hook, None, LiveCount(None, None), [], sessions, ME), lambda worker: False)
+    for decision in (await adopter.owner_gone(DEAD, {SESSION_ID_KEY: "t", OWNER_KEY: DEAD}, request_id), await adopter.owner_died(DEAD, {SESSION_ID_KEY: "t"}, request_id)):
+        answered_status, headers, body = await answered(decision.response)
+        assert answered_status == status
+        assert body == ({"reward": 1.0} if status == 200 else {"detail": "Session t ended with its /verify"})
+    replay = await adopter.take_up({SESSION_ID_KEY: "t", OWNER_KEY: ME}, request_id)
+    assert (replay is None) == (status == 410) and not sessions.holds("t")

@@ -165,11 +165,11 @@ class AnsweringPolicy:
         self.decision = decision
         self.asked: list[tuple[str, str, dict]] = []
 
-    async def owner_gone(self, owner: str, session: dict) -> Decision:
+    async def owner_gone(self, owner: str, session: dict, request: str | None = None) -> Decision:
         self.asked.append(("gone", owner, session))
         return self.decision
 
-    async def owner_died(self, owner: str, session: dict) -> Reply:
+    async def owner_died(self, owner: str, session: dict, request: str | None = None) -> Reply:
         self.asked.append(("died", owner, session))
         return self.decision
 

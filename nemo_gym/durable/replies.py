@@ -1,16 +1,23 @@
-"""The replies of a durable worker that could not serve a request as asked: the store unavailable or too
-slow, the lease not renewed, a stored session not taken up, or owned by another worker now. Each 503 carries
-``Retry-After``; none quotes the store's location or its driver's words (those go to the worker's log)."""
+"""The replies a durable worker makes in place of the app's: a request applied already (its stored reply,
+replayed) or being served now (409), and the refusals: the store unavailable or too slow, the lease not
+renewed, a stored session not taken up, or owned by another worker now. Each 503 carries ``Retry-After``;
+none quotes the store's location or its driver's words (those go to the worker's log)."""
 
 from __future__ import annotations
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
+
+from nemo_gym.durable.applied import Applied
 
 from nemo_gym.durable.lease import LeaseHolder
 from nemo_gym.durable.store import StoreUnavailable
 from nemo_gym.routing.lost import RETRY_AFTER_SECONDS, retry_later
 from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY
+from nemo_gym.routing.request_id import ID_HEADER_NAME
 from nemo_gym.routing.worker import OWNER_KEY
+
+# On a reply sent again for a request applied already (as Stripe's API names it).
+REPLAYED_HEADER = "Idempotent-Replayed"
 
 
 def store_unavailable(error: StoreUnavailable) -> JSONResponse:
@@ -55,3 +62,18 @@ def owned_elsewhere(session: dict, holder: LeaseHolder) -> JSONResponse:
         f"This session's owner in the store is worker {holder.worker} now (it took the session over while this "
         "worker's owner lease had expired); this request did not take effect here. Retry it: the cookie names that worker."
     )
+
+
+def replayed(applied: Applied) -> Response:
+    """The reply of a request its session applied already, sent again in place of running it a second time."""
+    if applied.body is None:
+        detail = f"This request ({ID_HEADER_NAME} {applied.request_id}) was applied already; its reply was too large to keep."
+        return JSONResponse(status_code=applied.status, content={"detail": detail}, headers={REPLAYED_HEADER: "true"})
+    headers = {name: value for name, value in applied.headers if name.lower() != "content-type"}
+    media_type = next((value for name, value in applied.headers if name.lower() == "content-type"), None)
+    return Response(applied.body, status_code=applied.status, headers={**headers, REPLAYED_HEADER: "true"}, media_type=media_type)
+
+
+def in_flight(request: str) -> JSONResponse:
+    detail = f"A request with {ID_HEADER_NAME} {request} is being served now; retry it once that one is answered."
+    return JSONResponse(status_code=409, content={"detail": detail}, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
