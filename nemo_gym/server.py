@@ -17,55 +17,34 @@ from fastapi.responses import JSONResponse
 from itsdangerous import URLSafeSerializer
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, PrivateAttr
-from starlette.middleware import Middleware
 from starlette.types import ASGIApp
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
 from nemo_gym.config.paths import server_directory
+from nemo_gym.assembly import SESSION_LAYER, Assembly
 from nemo_gym.config_types import BaseRunServerInstanceConfig
-from nemo_gym.durable.adoption import Adopter
-from nemo_gym.durable.checkpoint import CheckpointAdmin, CheckpointGate, Gate
 from nemo_gym.durable.keeper import DurableSessions
-from nemo_gym.durable.lease import RENEWALS_PER_LEASE, LeaseStore, OwnerLease, liveness_domain
 from nemo_gym.durable.states import DurableState
-from nemo_gym.durable.store import open_store
-from nemo_gym.durable.write_through import WriteThrough
-from nemo_gym.env import FORWARD_PORT_ENV, INSTANCE_ENV, SERVER_PROCESS_MODULE, SOCKET_DIR_ENV, WORKER_ENV
+from nemo_gym.env import INSTANCE_ENV, SERVER_PROCESS_MODULE, WORKER_ENV
 from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
-from nemo_gym.lifecycle.cap import Cap, LiveCount
+from nemo_gym.lifecycle.cap import Cap
 from nemo_gym.lifecycle.ending import SessionLifecycle
-from nemo_gym.lifecycle.middleware import Lifecycle
 from nemo_gym.lifecycle.registry import EndReason
-from nemo_gym.metrics.exposition import Exposition
-from nemo_gym.metrics.layers import MetricsEndpoint, ServedHere
 from nemo_gym.metrics.meters import METERS
-from nemo_gym.middleware.body_limit import BodyLimit
-from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
-from nemo_gym.middleware.errors import ServerErrorsAsJson, server_error
-from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.middleware.errors import server_error
 from nemo_gym.middleware.strict_json import StrictJSONRoute
 from nemo_gym.ray_cluster.need import code_imports_ray
 from nemo_gym.routing.forwarder import Forwarder
-from nemo_gym.routing.lost import LostWithOwner
-from nemo_gym.routing.owner import OwnerReader
 from nemo_gym.routing.placement import Placement
-from nemo_gym.routing.replica import advertised_host, replica_address, replica_keys
-from nemo_gym.routing.router import SessionRouter
-from nemo_gym.routing.transport import Transport, transport_class
-from nemo_gym.routing.transport.credentials import WINDOW_SECONDS, ReplicaCredentials
-from nemo_gym.routing.transport.tcp import TcpTransport, tls_contexts
-from nemo_gym.routing.worker import new_worker_id
+from nemo_gym.routing.transport import Transport
+from nemo_gym.routing.transport.tcp import TcpTransport
 from nemo_gym.server_utils import ServerClient, initialize_ray
-from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY, SESSION_MAX_AGE_SECONDS, SessionCookie, SessionIdMiddleware, session_cookie_name
+from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY, SessionCookie, SessionIdMiddleware, session_cookie_name
 from nemo_gym.sessions.secret import instance_key, session_secret
 from nemo_gym.sessions.token import token_serializer
 
 
-# A replica set's forward to a replica that takes no connection is retried this long, then answered 503.
-REPLICA_RETRY_SECONDS = 3
-# The middlewares that give a request its session, outermost first.
-SESSION_LAYER = (SessionCookie, SessionIdMiddleware)
 # pydantic's UnsupportedFieldAttributeWarning about the alias FastAPI gives every body parameter.
 FIELD_INFO_WARNING = r"The '\w+' attribute with value .* was provided to the `Field\(\)` function"
 
@@ -96,21 +75,8 @@ class SimpleServer(BaseModel):
         {"/", "/metrics", "/close_session", "/aggregate_metrics", "/reverify_mode", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
     )
 
-    # This worker's ID, stamped into the sessions it creates; None when nothing is routed.
-    _worker_id: str | None = PrivateAttr(None)
-    # How this worker reaches its siblings and is alive to them; None for one worker (or no socket directory).
-    _transport: Transport | None = PrivateAttr(None)
-    _forwarder: Forwarder | None = PrivateAttr(None)
-    _placement: Placement | None = PrivateAttr(None)
-    _durable: DurableSessions | None = PrivateAttr(None)
-    _adopter: Adopter | None = PrivateAttr(None)
-    # The sessions' lifecycle (ends, idleness, caps), on servers that keep sessions, once the app is built.
-    _lifecycle: SessionLifecycle | None = PrivateAttr(None)
-    _gate: Gate | None = PrivateAttr(None)
-    # In a replica set: this replica's address, the transport to the other replicas, and the router.
-    _replica: str | None = PrivateAttr(None)
-    _replicas: TcpTransport | None = PrivateAttr(None)
-    _router: SessionRouter | None = PrivateAttr(None)
+    # This worker's parts (``nemo_gym.assembly``), once ``build_app`` made them.
+    _assembly: Assembly | None = PrivateAttr(None)
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
@@ -171,42 +137,46 @@ class SimpleServer(BaseModel):
 
     @property
     def worker_id(self) -> str | None:
-        return self._worker_id
+        """This worker's ID, stamped into the sessions it creates; None when nothing is routed (or before ``build_app``)."""
+        return None if self._assembly is None else self._assembly.worker_id
 
     @property
     def replica(self) -> str | None:
         """This replica's address (``host:port`` of its forwarding port), in a replica set; else None."""
-        return self._replica
+        return None if self._assembly is None else self._assembly.replica
 
     @property
     def replica_keys(self) -> dict[str, str | int] | None:
         """What this replica's sessions and tokens carry besides their owner worker (``routing.replica``)."""
-        return None if self._replicas is None else replica_keys(self._replicas.replica, self._replicas.forward_port)
+        return None if self._assembly is None else self._assembly.replica_keys
 
     @property
     def replicas(self) -> TcpTransport | None:
-        return self._replicas
+        """The transport to the other replicas, in a replica set."""
+        return None if self._assembly is None else self._assembly.replicas
 
     @property
     def transport(self) -> Transport | None:
-        return self._transport
+        """How this worker reaches its siblings and is alive to them; None for one worker (or no socket directory)."""
+        return None if self._assembly is None else self._assembly.transport
 
     @property
     def forwarder(self) -> Forwarder | None:
-        return self._forwarder
+        return None if self._assembly is None else self._assembly.forwarder
 
     @property
     def placement(self) -> Placement | None:
-        return self._placement
+        return None if self._assembly is None else self._assembly.placement
 
     @property
     def durable(self) -> DurableSessions | None:
         """This worker's durable sessions (its side of the store), once the app is built; None when they are off."""
-        return self._durable
+        return None if self._assembly is None else self._assembly.durable
 
     @property
     def lifecycle(self) -> SessionLifecycle | None:
-        return self._lifecycle
+        """The sessions' lifecycle (ends, idleness, caps), on servers that keep sessions, once the app is built."""
+        return None if self._assembly is None else self._assembly.lifecycle
 
     async def on_session_end(self, session_id: str, reason: EndReason) -> None:
         """Called once when a session ends, however it ends (``reason``: "verify", "close", "idle", "expired",
@@ -226,7 +196,7 @@ class SimpleServer(BaseModel):
         if NEW_SESSION_SCOPE_KEY in request.scope:
             raise HTTPException(400, "This request names no session (no session cookie, or one that does not verify): nothing to close.")
         session_id = request.session[SESSION_ID_KEY]
-        lifecycle = self._lifecycle
+        lifecycle = self.lifecycle
         if lifecycle is None:  # an app served without build_app: no record of ends to keep it idempotent
             await self.on_session_end(session_id, EndReason.CLOSE)
             return {"session_id": session_id, "status": "closed"}
@@ -287,7 +257,7 @@ class SimpleServer(BaseModel):
         nothing. Upstream's name: its servers that make a ``FastAPI()`` of their own call it."""
         if any(layer.cls in SESSION_LAYER for layer in app.user_middleware):
             return
-        app.add_middleware(SessionIdMiddleware, owner=self._worker_id, replica=self.replica_keys, start_paths=self.session_start_paths)
+        app.add_middleware(SessionIdMiddleware, owner=self.worker_id, replica=self.replica_keys, start_paths=self.session_start_paths)
         app.add_middleware(SessionCookie, **self.session_options)
 
     @property
@@ -305,7 +275,7 @@ class SimpleServer(BaseModel):
         return ()
 
     def build_app(self, socket_dir: str | None = None) -> ASGIApp:
-        """The app uvicorn serves: the metrics endpoint, the body limit, then (with routing) the session router, then the app.
+        """The app uvicorn serves: the app ``setup_webserver`` makes, inside this worker's layers (``nemo_gym.assembly``).
 
         ``socket_dir`` is the directory of this host that the server's workers share (default: the
         launcher's, from the environment): the transport is built with it, and it holds the placement
@@ -315,78 +285,9 @@ class SimpleServer(BaseModel):
         # A body model that builds its validator on first use (the Responses types: defer_build) builds it
         # outside FastAPI's own silencing of pydantic's warning about the field info FastAPI wraps it in.
         warnings.filterwarnings("ignore", message=FIELD_INFO_WARNING)
-        if self.is_routed(self.config):
-            self._worker_id = new_worker_id()
-            socket_dir = socket_dir or os.environ[SOCKET_DIR_ENV]
-            self._transport = transport_class()(socket_dir)
-            self._forwarder = Forwarder(self._transport)
-            self._placement = Placement(
-                socket_dir, self._worker_id, self.config.num_workers, self._transport.is_alive, balance=self.config.place_sessions
-            )
-            if self.is_replica(self.config) and (port := self.config.forward_port or int(os.environ.get(FORWARD_PORT_ENV, 0))):
-                self._replicas = self.replica_transport(port)
-                self._replica = self._replicas.replica
-        elif self.config.num_workers > 1 and (socket_dir := socket_dir or os.environ.get(SOCKET_DIR_ENV)):
-            # Unrouted workers too tell the launcher, through the transport, that they serve.
-            self._transport = transport_class()(socket_dir)
-        METERS.install(self._worker_id, self.route_sessions)
-        app = self.setup_webserver()
-        states = self.session_states() if self._worker_id is not None and self.config.durable_sessions else None
-        # A durable row is rewritten as a use at most every quarter of the idle timeout (docs/lifecycle.md).
-        refresh = (self.config.session_idle_timeout_seconds or SESSION_MAX_AGE_SECONDS) / 4
-        durable = None if states is None else DurableSessions(open_store(self.config.session_store, self.name, timeout_seconds=self.config.store_timeout_seconds), states, self._worker_id, refresh)
-        self._durable = durable
-        if durable is not None and isinstance(durable.store, LeaseStore):
-            keys = self.replica_keys or {}
-            durable.lease = OwnerLease(durable.store, self._worker_id, liveness_domain(socket_dir), keys, self.config.owner_lease_seconds, durable.lapse)
-            self._forwarder.owner_expired = durable.owner_expired
-            self._forwarder.expiry_check_seconds = durable.lease.seconds / RENEWALS_PER_LEASE
-        # Inside the sessions: the durable write-through, the lifecycle, then the errors answered as JSON.
-        inner = [Middleware(ServerErrorsAsJson)]
-        if self.route_sessions:
-            lifecycle = self._lifecycle = self.session_lifecycle(socket_dir, durable)
-            paths = {"free_paths": self.session_free_paths, "end_paths": self.session_end_paths}
-            inner.insert(0, Middleware(Lifecycle, lifecycle=lifecycle, tokens=self.tokens, routes=app.router.routes, **paths))
-        # Durable sessions are taken over from the store in one place, whichever path finds them (the router, the write-through, the sweep).
-        adopter = self._adopter = None if durable is None else Adopter(durable, self._lifecycle, self._transport.is_alive, self.replica_keys)
-        # Durable sessions can be checkpointed (``gym sessions checkpoint``): the host's workers share a gate.
-        gate = self._gate = None if durable is None else Gate(socket_dir)
-        if durable is not None:
-            inner.insert(0, Middleware(WriteThrough, adopter=adopter, tokens=self.tokens))
-            inner.insert(0, Middleware(CheckpointGate, gate=gate))
-        sessions = [layer for layer in app.user_middleware if layer.cls in SESSION_LAYER]
-        app.user_middleware = [*sessions, *inner, *(layer for layer in app.user_middleware if layer.cls not in SESSION_LAYER)]
-        local = ServedHere(CancelOnDisconnect(app))
-        exposition = Exposition(METERS, self.metric_collectors())
-        if self._worker_id is None:
-            return MetricsEndpoint(BodyLimit(local, self.config.max_body_bytes), exposition)
-        owners = OwnerReader(self.session_options, self.tokens)
-        lost = LostWithOwner() if adopter is None else adopter
-        replicas = None if self._replicas is None else Forwarder(self._replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS, hop="replica")
-        if replicas is not None and durable is not None and durable.lease is not None:
-            replicas.owner_expired, replicas.expiry_check_seconds = self._forwarder.owner_expired, self._forwarder.expiry_check_seconds
-        router = self._router = SessionRouter(
-            local, self._worker_id, owners, self._forwarder, self._placement, lost, self.session_start_paths, self._replica, replicas
-        )
-        served = router if gate is None else CheckpointAdmin(router, gate, self.name, self.secret, self.config.session_store)
-        return MetricsEndpoint(BodyLimit(served, self.config.max_body_bytes), exposition, self._worker_id)
-
-    def session_lifecycle(self, socket_dir: str | None, durable: DurableSessions | None) -> SessionLifecycle:
-        """The ends, idleness and caps of this worker's sessions; the live count is shared through ``socket_dir`` when routed."""
-        routed = self._worker_id is not None
-        is_alive = self._transport.is_alive if routed else (lambda worker: True)
-        count = LiveCount(socket_dir if routed else None, self._worker_id, is_alive)
-        timeout = self.config.session_idle_timeout_seconds or None
-        return SessionLifecycle(self.on_session_end, timeout, count, self.session_caps(), durable, self._worker_id)
-
-    def replica_transport(self, port: int) -> TcpTransport:
-        """The transport to the other replicas, of a replica whose forwarding port is ``port``."""
-        config = self.config
-        replica = replica_address(advertised_host(config.host, config.advertise_host), config.port)
-        tls = (config.replica_tls_certfile, config.replica_tls_keyfile, config.replica_tls_ca_file)
-        client_tls, server_tls = tls_contexts(*tls) if all(tls) else (None, None)
-        credentials = ReplicaCredentials(self.secret, WINDOW_SECONDS + config.peer_dead_after_seconds)
-        return TcpTransport(credentials, replica, config.host, port, config.peer_dead_after_seconds, client_tls, server_tls)
+        self._assembly = Assembly(self, socket_dir)
+        METERS.install(self.worker_id, self.route_sessions)
+        return self._assembly.stack(self.setup_webserver())
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
@@ -398,30 +299,9 @@ class SimpleServer(BaseModel):
         gc.freeze()
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(self.server_client.close)
-            if self._lifecycle is not None:
-                self._lifecycle.open(None if self._adopter is None else self._adopter.sweep_orphans)
-                stack.push_async_callback(self._lifecycle.close)
-            if self._transport is None:
-                yield
-                return
-            if self._durable is not None and self._durable.lease is not None:
-                # Held before this worker serves, let go when it stops (its sessions adoptable at once).
-                await self._durable.lease.start()
-                stack.push_async_callback(self._durable.lease.stop)
-            # Other workers reach this one's sessions only once its own start-up is done.
-            siblings_app = app if self._worker_id is not None else None
-            if self._replicas is not None:
-                # Before the life name, which the launcher counts as ready: a ready worker takes the other replicas' forwards.
-                await stack.enter_async_context(self._replicas.serving(self._worker_id, self._router.from_replica, InputLimits.of(self.config)))
-                stack.push_async_callback(self._replicas.close)
-            await stack.enter_async_context(self._transport.serving(self._worker_id or new_worker_id(), siblings_app, InputLimits.of(self.config)))
-            stack.push_async_callback(self._transport.close)
-            if self._gate is not None:
-                stack.callback(self._gate.close)  # after the placement's: this worker's counter is gone then
-            if self._placement is not None:
-                # Published once alive, so that a counter whose worker's name is free is a dead worker's.
-                self._placement.open()
-                stack.callback(self._placement.close)
+            if self._assembly is not None:
+                await self._assembly.startup(app)
+                stack.push_async_callback(self._assembly.shutdown)
             yield
 
     async def liveness(self) -> dict[str, str]:

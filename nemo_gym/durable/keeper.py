@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from nemo_gym.durable.applied import WINDOW, Applied, unwrap, wrap
-from nemo_gym.durable.lease import LeaseHolder, LeaseStore, OwnerLease
+from nemo_gym.durable.lease import LeaseHolder, LeaseStore, LeaseTerms, OwnerLease
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import SessionStore, SessionTaken, StoredSession, StoreUnavailable
 from nemo_gym.durable.tombstones import ended_detail, tombstone
@@ -41,11 +41,14 @@ class DurableSessions:
     and ``on_taken`` is told of each session another worker turned out to own at a commit.
     """
 
-    def __init__(self, store: SessionStore, states: DurableState, owner: str | None, refresh_seconds: float | None = None) -> None:
+    def __init__(
+        self, store: SessionStore, states: DurableState, owner: str | None, refresh_seconds: float | None = None, lease: LeaseTerms | None = None
+    ) -> None:
+        """``lease``: the terms of this worker's owner lease, taken where the store keeps leases (a store shared across hosts)."""
         self.store = store
         self.states = states
         self.owner = owner
-        self.lease: OwnerLease | None = None
+        self.lease = None if lease is None or not isinstance(store, LeaseStore) else OwnerLease(store, owner, lease.domain, lease.keys, lease.seconds, self.lapse)
         self.epoch = 0
         self.gathered_epoch = 0
         self.refresh_seconds = refresh_seconds

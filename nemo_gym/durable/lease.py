@@ -98,6 +98,16 @@ def liveness_domain(socket_dir: str) -> str:
     return f"{boot}/net:{os.stat('/proc/self/ns/net').st_ino}{socket_dir}"
 
 
+@dataclass(frozen=True)
+class LeaseTerms:
+    """What a worker's owner lease is taken with (``OwnerLease``): its liveness domain, the keys its
+    sessions carry besides the worker (its replica's), and how long a renewal lasts."""
+
+    domain: str
+    keys: dict
+    seconds: float
+
+
 class OwnerLease:
     """One worker's lease: renewed in the background (``keep``), checked before serving (``ensure``)."""
 

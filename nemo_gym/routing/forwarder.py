@@ -52,7 +52,7 @@ class OwnerBusy(Exception):
 class Forwarder:
     """Sends requests to owner workers over the transport's kept-alive connections.
 
-    ``owner_expired`` (set where owners hold leases in a store shared across hosts, ``nemo_gym.durable.lease``):
+    ``owner_expired`` (given where owners hold leases in a store shared across hosts, ``nemo_gym.durable.lease``):
     while a forwarded request waits for its reply to start, it is asked every ``expiry_check_seconds``
     whether the owner worker's lease has expired; a frozen owner's kernel takes the request and nothing
     answers, so once its lease has expired the forward is given up as ``OwnerGone`` (the request is
@@ -62,11 +62,18 @@ class Forwarder:
     ``hop`` names where it forwards, in its metrics and spans: to a sibling "worker", or another "replica".
     """
 
-    def __init__(self, transport: Transport, busy_wait_seconds: float = BUSY_OWNER_WAIT_SECONDS, hop: str = "worker") -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        busy_wait_seconds: float = BUSY_OWNER_WAIT_SECONDS,
+        hop: str = "worker",
+        owner_expired: Callable[[str], Awaitable[bool]] | None = None,
+        expiry_check_seconds: float = 1.0,
+    ) -> None:
         self.transport = transport
         self.busy_wait_seconds = busy_wait_seconds
-        self.owner_expired: Callable[[str], Awaitable[bool]] | None = None
-        self.expiry_check_seconds = 1.0
+        self.owner_expired = owner_expired
+        self.expiry_check_seconds = expiry_check_seconds
         self.hop = hop
         self.tracer = hop_tracer(hop)
 

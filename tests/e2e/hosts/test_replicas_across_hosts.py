@@ -18,7 +18,7 @@ from http.cookies import SimpleCookie
 
 import pytest
 
-from nemo_gym.server import REPLICA_RETRY_SECONDS
+from nemo_gym.assembly import REPLICA_RETRY_SECONDS
 from nemo_gym.sessions.cookie import session_cookie_name
 from nemo_gym.sessions.secret import instance_key
 from tests.e2e.hosts.conftest import PUBLIC_PORT

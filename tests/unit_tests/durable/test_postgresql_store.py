@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 
 from nemo_gym.durable.keeper import DurableSessions
-from nemo_gym.durable.lease import OwnerLease
+from nemo_gym.durable.lease import LeaseTerms
 from nemo_gym.durable.postgresql_store import PostgreSQLStore
 from nemo_gym.durable.states import SessionStates
 from nemo_gym.durable.store import StoreError, open_store
@@ -104,8 +104,7 @@ async def test_a_lease_names_its_domain_and_keys_and_is_live_until_it_expires_or
 async def test_a_worker_whose_lease_lapsed_keeps_the_sessions_still_its_own_and_drops_the_ones_adopted(stores):
     mine, theirs = stores
     counters = SessionStates(int)
-    sessions = DurableSessions(mine, counters, ME)
-    sessions.lease = OwnerLease(mine, ME, DOMAIN, {}, SHORT, sessions.lapse)
+    sessions = DurableSessions(mine, counters, ME, lease=LeaseTerms(DOMAIN, {}, SHORT))
     await sessions.lease.ensure()
     counters.update(kept=1, adopted=2)
     await sessions.save(["kept", "adopted"])
