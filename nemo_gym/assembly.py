@@ -58,8 +58,6 @@ from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS, SessionCookie, Ses
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from nemo_gym.server import SimpleServer
-
 # A replica set's forward to a replica that takes no connection is retried this long, then answered 503.
 REPLICA_RETRY_SECONDS = 3
 # The middlewares that give a request its session, outermost first.
@@ -74,7 +72,8 @@ class Assembly:
     ``stack(app)`` makes what keeps the sessions (the durable store and its lease, adoption, the lifecycle)
     around the app the server made, and returns the ASGI app to serve."""
 
-    def __init__(self, server: SimpleServer, socket_dir: str | None) -> None:
+    def __init__(self, server: Any, socket_dir: str | None) -> None:
+        """``server``: the ``nemo_gym.server.SimpleServer`` being built (that module imports this one)."""
         config = server.config
         self.server = server
         self.routed = server.is_routed(config)
@@ -197,7 +196,7 @@ class Assembly:
         await self.running.aclose()
 
 
-def replica_transport(server: SimpleServer, port: int) -> TcpTransport:
+def replica_transport(server: Any, port: int) -> TcpTransport:
     """The transport to the other replicas, of a replica whose forwarding port is ``port``."""
     config = server.config
     replica = replica_address(advertised_host(config.host, config.advertise_host), config.port)
