@@ -361,8 +361,14 @@ def all_processes() -> list[tuple[int, bytes]]:
 def venv_under_tmp():
     """A virtualenv under /tmp, as a fresh clone there makes (issue 25): the jail must not show where it is."""
     place = Path(tempfile.mkdtemp(prefix="clone-", dir="/tmp"))
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(place / "venv")], check=True, timeout=120)
-    yield place / "venv" / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(place / "venv")], check=True, timeout=120)
+    # The packages this process sees, wherever they are installed: a venv made from inside a user's venv is based
+    # on the base interpreter, so --system-site-packages would show that one's packages, not the project's.
+    python = place / "venv" / "bin" / "python"
+    venv_site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    sites = [path for path in sys.path if path.endswith(("site-packages", "dist-packages")) and Path(path).is_dir()]
+    Path(venv_site, "this_process_packages.pth").write_text("".join(f"import site; site.addsitedir({path!r})\n" for path in sites))
+    yield python
     shutil.rmtree(place)
 
 
