@@ -416,6 +416,8 @@ class Remote:
 
     def __init__(self, host: Host, timeout: float) -> None:
         self.timeout = timeout
+        # Each reply of a balancer's own 502 (a server closed the connection without a whole reply) that ``retried`` sent again.
+        self.bad_gateways: list[dict] = []
         self.process = host.python("-m", CLIENT_MODULE, "post", "{}", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def send(self, url: str, path: str, body: dict, cookies: dict[str, str], key: str | None = None, client: str = "requests") -> None:
@@ -436,11 +438,20 @@ class Remote:
         return self.receive()
 
     def retried(self, seconds: float, url: str, path: str, body: dict, cookies: dict[str, str], key: str | None = None, client: str = "requests") -> dict:
-        """``post``, sent again (with the cookies the 503 set) after each 503's Retry-After, as a client is told to, for ``seconds``."""
+        """``post``, sent again (with the cookies the 503 set) after each 503's Retry-After, as a client is told to, for
+        ``seconds``; a request with an id also after a 502 (whether it reached a server is unknown: its id makes the
+        retry safe), a second later, each kept in ``bad_gateways``."""
         deadline = time.monotonic() + seconds
-        while (reply := self.post(url, path, body, cookies, key, client))["status"] == 503 and reply["retry_after"] and time.monotonic() < deadline:
-            cookies = reply["cookies"]
-            time.sleep(float(reply["retry_after"]))
+        while time.monotonic() < deadline:
+            reply = self.post(url, path, body, cookies, key, client)
+            if reply["status"] == 503 and reply["retry_after"]:
+                cookies = reply["cookies"]
+                time.sleep(float(reply["retry_after"]))
+            elif reply["status"] == 502 and key is not None:
+                self.bad_gateways.append({"path": path, "key": key, **reply})
+                time.sleep(1)
+            else:
+                break
         return reply
 
     def __enter__(self) -> "Remote":

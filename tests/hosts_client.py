@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import sys
 import time
 import urllib.request
@@ -107,8 +108,9 @@ def recorded(post, record: dict):
 
 
 async def tool_call(url: str, headers: dict[str, str], tool: str, arguments: dict) -> Reply:
-    """One tool call with the official ``mcp`` client, a client session of its own: 200 and the tool's JSON, or the
-    HTTP status of the failed POST (500 if none failed: a tool error) and what the client raised or the tool said."""
+    """One tool call with the official ``mcp`` client, a client session of its own: 200 and the tool's JSON; for a tool
+    error, the status its route answered (``nemo_gym.mcp_tools.endpoint``) and what it said; else the HTTP status of
+    the failed POST (500 if none failed) and what the client raised."""
     seen: list[httpx.Response] = []
 
     async def keep(response) -> None:
@@ -123,6 +125,8 @@ async def tool_call(url: str, headers: dict[str, str], tool: str, arguments: dic
         if not result.is_error:
             return Reply(200, json.loads(result.content[0].text), None, [])
         detail: Any = result.content[0].text if result.content else "tool error"
+        if answered := re.match(r"POST \S+ answered HTTP (\d+): ", detail):
+            return Reply(int(answered[1]), {"detail": detail}, None, [])
     except Exception as error:  # the SDK raises what the transport or an error reply made (McpError, an ExceptionGroup)
         detail = repr(error)
     failed = [response for response in seen if response.status_code >= 400]
