@@ -18,7 +18,8 @@ new ``Hosts`` first removes those of an earlier run whose test process is gone.
 
 ``start_gym`` runs ``gym env start`` inside a host; ``start_balancer`` runs HAProxy round robin,
 with a new connection to a server for every request (``start_haproxy`` HAProxy with any config);
-``run_client`` runs the test client (tests/hosts_client.py) inside a host. The benchmark's section of
+``run_client`` runs the test client (tests/hosts_client.py) inside a host, ``Remote`` its ``post`` mode (a
+request per call). The benchmark's section of
 replicas on several hosts (scripts/bench/hosts.py) makes its hosts with these too.
 """
 
@@ -412,3 +413,55 @@ def run_python(host: Host, args: list[str], timeout: float) -> str:
     if process.returncode != 0:
         raise RuntimeError(f"{args} on host {host.name} exited with {process.returncode}:\n{err[-3000:]}")
     return out
+
+
+class Remote:
+    """The ``post`` mode of the test client (tests/hosts_client.py) on ``host``: a request per call, a new
+    connection each, its reply within ``timeout`` seconds."""
+
+    def __init__(self, host: Host, timeout: float) -> None:
+        self.timeout = timeout
+        # Each reply of a balancer's own 502 (a server closed the connection without a whole reply) that ``retried`` sent again.
+        self.bad_gateways: list[dict] = []
+        self.process = host.python("-m", CLIENT_MODULE, "post", "{}", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def send(self, url: str, path: str, body: dict, cookies: dict[str, str], key: str | None = None, client: str = "requests") -> None:
+        self.process.stdin.write(json.dumps({"url": url, "path": path, "body": body, "cookies": cookies, "key": key, "client": client}) + "\n")
+        self.process.stdin.flush()
+
+    def receive(self) -> dict:
+        ready, _, _ = select.select([self.process.stdout], [], [], self.timeout)
+        if not ready:
+            raise RuntimeError(f"the client on its host had no reply within {self.timeout} s")
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the client on its host exited:\n{self.process.stderr.read()[-3000:]}")
+        return json.loads(line)
+
+    def post(self, *args, **options) -> dict:
+        self.send(*args, **options)
+        return self.receive()
+
+    def retried(self, seconds: float, url: str, path: str, body: dict, cookies: dict[str, str], key: str | None = None, client: str = "requests") -> dict:
+        """``post``, sent again (with the cookies the 503 set) after each 503's Retry-After, as a client is told to, for
+        ``seconds``; a request with an id also after a 502 (whether it reached a server is unknown: its id makes the
+        retry safe), a second later, each kept in ``bad_gateways``."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            reply = self.post(url, path, body, cookies, key, client)
+            if reply["status"] == 503 and reply["retry_after"]:
+                cookies = reply["cookies"]
+                time.sleep(float(reply["retry_after"]))
+            elif reply["status"] == 502 and key is not None:
+                self.bad_gateways.append({"path": path, "key": key, **reply})
+                time.sleep(1)
+            else:
+                break
+        return reply
+
+    def __enter__(self) -> "Remote":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.process.kill()
+        self.process.communicate()

@@ -6,13 +6,14 @@
   (resources_servers/example_session_state_mgmt/standard_clients.py), a new connection per request;
   the list of their results.
 - ``sessions``: ``{"url", "sessions", "seconds", "think"}`` (and optionally ``"verify": true``): seeds
-  that many counter sessions and adds 1 to each (aiohttp, a new connection per request), prints
+  that many counter sessions and adds 1 to each (a new connection per request; session N with the client
+  ``clients[N % len(clients)]``, default aiohttp passing its cookies: ``SESSION_CLIENTS``), prints
   ``ready``, waits for a line on stdin, then adds 1 to each session every ``think`` seconds for
   ``seconds``. A 503 is waited out (its Retry-After, at most ``think``) and the step tried again; a
   410 or any other status ends the session. Then each session not ended reads its count (and, with
   ``verify``, verifies with that count expected, 503s retried as above, until ``seconds`` more have
   passed). Per session: its start, the Cookie header it sent last, each request's ``[path, status,
-  Retry-After, detail]``, the monotonic time each reply came (``times``), the count read back and
+  Retry-After, detail]``, the monotonic time each reply came (``times``) and how long it took (``took``), the count read back and
   the verify's reward (``reward``, None without ``verify``). With ``"hold": true`` the counts are read
   only once a second line comes on stdin. With ``"report_seeded": true`` the line
   after ``ready`` is the JSON list of each session's Cookie header once seeded and added to.
@@ -23,6 +24,11 @@
 - ``stale``: ``{"adopt_url", "stale_url", "cookies", "seconds"}``: per session, adds 1 at ``adopt_url``
   until it is served, then once at ``stale_url`` with the cookie it had before (stale), a 503 tried
   again at ``adopt_url``; each reply's ``[url, status, detail]`` and that retry's Cookie header.
+- ``health``: ``{"urls", "seconds", "interval", "timeout"}``: ``GET /`` of each URL every ``interval`` for
+  ``seconds``, each given ``timeout``; per URL, each GET's ``[seconds taken, status or the error]``.
+- ``post``: per line on stdin, a request ``{"url", "path", "body", "cookies", "key", "client"}`` (``client``
+  ``requests`` or ``httpx``, a new connection; ``key`` its Idempotency-Key, or None for none): one line per
+  reply, ``{"status", "body", "cookies" (those sent, updated with those set), "replayed", "retry_after", "worker"}``.
 - ``get``: ``{"urls", "requests"}``: to each URL in turn, that many GETs one after the other, each on a new
   connection; their bodies, a list per URL.
 - ``refused``: ``{"urls", "timeout"}``: POSTs a seed request to each URL, each given ``timeout`` seconds;
@@ -43,7 +49,9 @@ jar: a call carries the cookies it is given, and nothing else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
 import sys
 import time
 import urllib.request
@@ -51,12 +59,21 @@ from http.cookies import SimpleCookie
 from typing import Any
 
 import aiohttp
+import httpx
+import requests
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from nemo_gym.client.reading import ServerReply, cookie_header
+from nemo_gym.durable.write_through import REPLAYED_HEADER
+from nemo_gym.routing.request_id import ID_HEADER_NAME
+from nemo_gym.routing.worker import WORKER_HEADER
+from nemo_gym.sessions.token import TOKEN_HEADER
 from nemo_gym.openai_utils import new_response
 from nemo_gym.client.rollouts import read_rows, run_episodes as run_relay_episodes
 from resources_servers.example_session_state_mgmt.mcp_sequences import run_sequences
-from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes, shared_aiohttp
+from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, Reply, aiohttp_reply, run_episodes
 from responses_api_agents.memory_agent.conversations import run_conversations
 
 START = 1000
@@ -78,7 +95,9 @@ def recorded(post, record: dict):
     header sent kept in ``record`` (``steps``, ``times``, ``cookie``); the reply."""
 
     async def step(path: str, body: dict):
+        began = time.monotonic()
         reply = await post(path, body)
+        record["took"].append(time.monotonic() - began)
         detail = reply.body.get("detail") if isinstance(reply.body, dict) else reply.body
         record["steps"].append([path, reply.status, reply.retry_after, detail])
         record["times"].append(time.monotonic())
@@ -88,15 +107,78 @@ def recorded(post, record: dict):
     return step
 
 
+async def tool_call(url: str, headers: dict[str, str], tool: str, arguments: dict) -> Reply:
+    """One tool call with the official ``mcp`` client, a client session of its own: 200 and the tool's JSON; for a tool
+    error, the status its route answered (``nemo_gym.mcp_tools.endpoint``) and what it said; else the HTTP status of
+    the failed POST (500 if none failed) and what the client raised."""
+    seen: list[httpx.Response] = []
+
+    async def keep(response) -> None:
+        seen.append(response)
+
+    try:
+        async with create_mcp_http_client(headers=headers) as http:
+            http.event_hooks["response"].append(keep)
+            async with streamable_http_client(url + "/mcp", http_client=http) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                result = await session.call_tool(tool, arguments)
+        if not result.is_error:
+            return Reply(200, json.loads(result.content[0].text), None, [])
+        detail: Any = result.content[0].text if result.content else "tool error"
+        if answered := re.match(r"POST \S+ answered HTTP (\d+): ", detail):
+            return Reply(int(answered[1]), {"detail": detail}, None, [])
+    except Exception as error:  # the SDK raises what the transport or an error reply made (McpError, an ExceptionGroup)
+        detail = repr(error)
+    failed = [response for response in seen if response.status_code >= 400]
+    status = failed[-1].status_code if failed else 500
+    return Reply(status, {"detail": detail}, None, [], failed[-1].headers.get("Retry-After") if failed else None)
+
+
+@contextlib.asynccontextmanager
+async def mcp_token(url: str, fresh: bool):
+    """Counter sessions as a CLI harness runs them over MCP: the seed over HTTP, then only the session token
+    from its ``mcp`` metadata, no cookie; every other step a tool call (``tool_call``)."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=fresh, limit=0), cookie_jar=aiohttp.DummyCookieJar()) as http:
+
+        @contextlib.asynccontextmanager
+        async def per_episode():
+            headers: dict[str, str] = {}
+
+            async def post(path: str, body: dict) -> Reply:
+                if path != "/seed_session":
+                    return await tool_call(url, headers, path.lstrip("/"), body)
+                async with http.post(url + path, json=body) as reply:
+                    seeded = aiohttp_reply(reply, await reply.text())
+                if seeded.status == 200:
+                    headers[TOKEN_HEADER] = seeded.body["mcp"]["headers"][TOKEN_HEADER]
+                return seeded
+
+            yield post
+
+        yield per_episode
+
+
+# The clients of ``sessions``: the standard ones, and MCP with the token alone.
+SESSION_CLIENTS = {**CLIENTS, "mcp_token": mcp_token}
+
+
 async def sessions(
-    url: str, sessions: int, seconds: float, think: float, verify: bool = False, report_seeded: bool = False, hold: bool = False
+    url: str,
+    sessions: int,
+    seconds: float,
+    think: float,
+    verify: bool = False,
+    report_seeded: bool = False,
+    hold: bool = False,
+    clients: tuple[str, ...] = ("aiohttp_cookies",),
 ) -> list[dict[str, Any]]:
-    async with shared_aiohttp(replace=False)(url, True) as open_session:
+    async with contextlib.AsyncExitStack() as opened:
+        openers = [await opened.enter_async_context(SESSION_CLIENTS[name](url, True)) for name in clients]
         go, read = asyncio.Event(), asyncio.Event()
 
         async def one(start: int, ready: asyncio.Event) -> dict[str, Any]:
-            async with open_session() as post:
-                record: dict[str, Any] = {"start": start, "steps": [], "times": [], "count": None, "cookie": None, "reward": None}
+            async with openers[(start - START) % len(openers)]() as post:
+                record: dict[str, Any] = {"start": start, "steps": [], "times": [], "took": [], "count": None, "cookie": None, "reward": None}
 
                 step = recorded(post, record)
                 first = (await step("/seed_session", {"initial_count": start})).status == 200 and (await step("/increment_counter", {"count": 1})).status == 200
@@ -146,12 +228,12 @@ async def swe_sessions(url: str, sessions: int, seconds: float, think: float, ro
     to ``path``) applied; then ``ready`` and the JSON list of each session's Cookie header; on a line on stdin, each
     verifies, a 503 waited out (its Retry-After, at most ``think``) and tried again until ``seconds`` have passed.
     Per session: as ``sessions`` (``steps``, ``times``, ``cookie``) and the verify's ``reward``."""
-    async with shared_aiohttp(replace=False)(url, True) as open_session:
+    async with CLIENTS["aiohttp_cookies"](url, True) as open_session:
         go = asyncio.Event()
 
         async def one(number: int, ready: asyncio.Event) -> dict[str, Any]:
             async with open_session() as post:
-                record: dict[str, Any] = {"steps": [], "times": [], "cookie": None, "reward": None}
+                record: dict[str, Any] = {"steps": [], "times": [], "took": [], "cookie": None, "reward": None}
                 step = recorded(post, record)
                 fixed = (await step("/seed_session", row)).status == 200 and (await step("/write_file", {"path": path, "content": content})).status == 200
                 seeded[number] = record["cookie"]
@@ -209,6 +291,50 @@ async def stale(adopt_url: str, stale_url: str, cookies: list[str], seconds: flo
             return record
 
         return list(await asyncio.gather(*(one(cookie) for cookie in cookies)))
+
+
+async def health(urls: list[str], seconds: float, interval: float, timeout: float) -> dict[str, list]:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+
+        async def probe(url: str) -> list:
+            answers = []
+            began = time.monotonic()
+            while time.monotonic() - began < seconds:
+                sent = time.monotonic()
+                try:
+                    async with http.get(url + "/", timeout=aiohttp.ClientTimeout(total=timeout)) as reply:
+                        await reply.read()
+                        outcome: Any = reply.status
+                except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as error:
+                    outcome = repr(error)
+                answers.append([time.monotonic() - sent, outcome])
+                await asyncio.sleep(interval)
+            return answers
+
+        return dict(zip(urls, await asyncio.gather(*(probe(url) for url in urls))))
+
+
+def post_lines() -> None:
+    for line in sys.stdin:
+        call = json.loads(line)
+        headers = {"Connection": "close"} | ({ID_HEADER_NAME: call["key"]} if call.get("key") else {})
+        target = call["url"] + call["path"]
+        if call["client"] == "requests":
+            reply: Any = requests.post(target, json=call["body"], cookies=call["cookies"], headers=headers, timeout=REQUEST_TIMEOUT_SECONDS)
+            given = reply.cookies.get_dict()
+        else:
+            with httpx.Client(cookies=call["cookies"], timeout=REQUEST_TIMEOUT_SECONDS) as http:
+                reply = http.post(target, json=call["body"], headers=headers)
+                given = dict(reply.cookies)
+        answer = {
+            "status": reply.status_code,
+            "body": reply.json() if reply.headers.get("content-type", "").startswith("application/json") else reply.text,
+            "cookies": {**call["cookies"], **given},
+            "replayed": reply.headers.get(REPLAYED_HEADER),
+            "retry_after": reply.headers.get("Retry-After"),
+            "worker": reply.headers.get(WORKER_HEADER),
+        }
+        print(json.dumps(answer), flush=True)
 
 
 def get(urls: list[str], requests: int) -> list[list[str]]:
@@ -274,6 +400,11 @@ def main() -> None:
         result = asyncio.run(stale(**args))
     elif mode == "get":
         result = get(**args)
+    elif mode == "health":
+        result = asyncio.run(health(**args))
+    elif mode == "post":
+        post_lines()
+        return
     elif mode == "mcp":
         result = asyncio.run(through_balancer(args["url"], lambda client: run_sequences(client, "counter", args["sequences"])))
     elif mode == "conversations":

@@ -5,9 +5,15 @@ worker's store the one PostgreSQL on the host ``db`` (tests/postgres.py), behind
 new connection per request; started once for the module. Owner leases of ``LEASE_SECONDS``; a host
 silent for ``PEER_DEAD_AFTER_SECONDS`` counts as dead to the others (then its sessions' owners are judged
 by their leases). swe_rebench runs beside it on each host (2 workers, the same store, its sandboxes in the
-host's own /tmp, behind HAProxy round robin on ``SWE_PORT``). The first test freezes h2 past its lease and
-thaws it; the next kills the host owning the most counter sessions whole, which stays down until the swe_rebench
-test starts it again and then kills the host owning the most swe_rebench sessions.
+host's own /tmp, behind HAProxy round robin on ``SWE_PORT``). The counter's sessions run with every standard
+client (cookies kept each its own way) and, where a test says so, over MCP with the token alone.
+
+What each test leaves behind, in order: the checkpoint, every host up; the freeze of h2 past its lease, h2
+thawed; the freeze of h2 just after it committed a forwarded request, h2 thawed; the freeze of PostgreSQL,
+PostgreSQL thawed (every lease lapsed meanwhile and renewed since); the kill of the host owning the most counter
+sessions, that host down; the requests sent again with their ids, after killing the busiest host left and
+starting the dead ones again, the host owning the most then killed, down; the swe_rebench test starts every
+dead host again and then kills the host owning the most swe_rebench sessions, down.
 """
 
 from __future__ import annotations
@@ -17,23 +23,32 @@ import re
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
+from nemo_gym.client.reading import cookie_header
 from nemo_gym.client.rollouts import read_rows
 from nemo_gym.durable.applied import unwrap
+from nemo_gym.durable.postgresql_store import SESSIONS_TABLE
+from nemo_gym.durable.store import STORE_TIMEOUT_SECONDS
+from nemo_gym.sessions.cookie import session_cookie_name
+from nemo_gym.sessions.secret import instance_key
 from resources_servers.swe_rebench.app import MIB
 from resources_servers.swe_rebench.cgroups import Cgroups
 from responses_api_models.scripted_backend.app import SWE_REBENCH_FIXES
 from tests.e2e.hosts.conftest import COUNTER, PUBLIC_PORT, REPLICA_HOSTS, SESSION_SECRET, START_TIMEOUT_SECONDS, WORKERS, ReplicaSet, counter_config
 from tests.e2e.hosts.test_stacks_across_hosts import SWE_DATA, SWE_PORT, sandbox_dir
 from tests.e2e.hosts.test_replicas_across_hosts import THINK_SECONDS, increments, owner_host, run_sessions, statuses
-from tests.e2e.hosts.test_restore_across_hosts import session_id
-from tests.hosts import CLIENT_MODULE, Host, Hosts, start_balancer, start_gym, wait_in_rotation
-from tests.postgres import Postgres, PostgresUnavailable
+from tests.e2e.hosts.test_restore_across_hosts import Keyed, keyed_sessions, sent_again, session_id
+from tests.hosts import CLIENT_MODULE, Host, Hosts, Remote, start_balancer, start_gym, wait_in_rotation
+from tests.postgres import DATABASE, USER, Postgres, PostgresUnavailable
 from tests.programs import needs
+from tests.session_cookies import session_of
 
 # Every test here starts swe_rebench, whose commands run in a bubblewrap jail.
 pytestmark = needs("bwrap")
@@ -69,6 +84,26 @@ SWE_VERIFY_SECONDS = 2 * RUN_AFTER_KILL_SECONDS
 SANDBOX_ON_ANOTHER_HOST = re.compile(
     r"sandbox cannot be taken over: sandbox worker-\w+/sandbox-\w+ is gone from /tmp/swe-sandboxes-h\d on this host: .*on the disk of another host"
 )
+# The counter's sessions of the fault tests: one in each of these clients' hands (tests/hosts_client.py).
+COOKIE_CLIENTS = ["aiohttp_cookies", "aiohttp_jar", "replacing", "requests_session", "httpx_jar"]
+START = 1000
+# Bounds, never expectations: how long a request of the tests' own, or a wait on the store, may take.
+REQUEST_BOUND_SECONDS = 60
+POLL_SECONDS = 0.01
+# PostgreSQL hung (SIGSTOP) past every owner lease, so that reads get 503 too once the leases lapse.
+STORE_FROZEN_SECONDS = 20
+STORE_SESSIONS = 120
+# A write waits at most three store deadlines (the forwarding worker's check of the owner's lease, the owner's
+# renewal of its own, its commit) and what two shared, loaded cores make late; the freeze is longer, so a write
+# that waits out the store is caught.
+WRITE_BOUND_SECONDS = 3 * STORE_TIMEOUT_SECONDS + 3
+HEALTH_BOUND_SECONDS = 5
+HEALTH_INTERVAL_SECONDS = 0.5
+# A 503 that says the request was not applied (every other 503 leaves it unknown).
+NOT_APPLIED = re.compile(r"did not take effect|was not run")
+# How long a request is sent again while answered 503 with Retry-After (``Remote.retried``): past a dead
+# owner's lease and the adoption's bound.
+RETRY_SECONDS = LEASE_SECONDS + ADOPTION_BOUND_SECONDS
 
 
 def shared_config(host: Host, store: str) -> dict:
@@ -76,6 +111,7 @@ def shared_config(host: Host, store: str) -> dict:
     durable = dict(durable_sessions=True, session_store=store, owner_lease_seconds=LEASE_SECONDS, peer_dead_after_seconds=PEER_DEAD_AFTER_SECONDS)
     config = counter_config(host)
     config[COUNTER]["resources_servers"]["example_session_state_mgmt"].update(durable)
+    config[COUNTER]["resources_servers"]["example_session_state_mgmt"]["expose_tools_over_mcp"] = True
     swe = {"host": host.address, "port": SWE_PORT, "num_workers": WORKERS, "session_secret": SESSION_SECRET, "sandbox_dir": sandbox_dir(host), **durable}
     config[SWE] = {"resources_servers": {"swe_rebench": swe}}
     return config
@@ -113,8 +149,40 @@ def seeded_cookies(client) -> list[str]:
     return json.loads(client.stdout.readline())
 
 
-def host_of(replicas: ReplicaSet, cookie: str) -> str | None:
+def host_of(replicas: ReplicaSet, cookie: str | None) -> str | None:
     return owner_host(replicas, {"cookie": cookie})
+
+
+def bounded(condition: Callable[[], Any], what: str) -> Any:
+    """``condition()``, asked until it is true, within ``REQUEST_BOUND_SECONDS``; AssertionError saying ``what`` if never."""
+    deadline = time.monotonic() + REQUEST_BOUND_SECONDS
+    while not (found := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(what)
+        time.sleep(POLL_SECONDS)
+    return found
+
+
+def counter_session_id(cookies: dict[str, str]) -> str:
+    return session_of(instance_key(SESSION_SECRET, COUNTER), cookies[session_cookie_name(COUNTER)])["session_id"]
+
+
+def store_connection(database: Postgres, autocommit: bool = True) -> psycopg.Connection:
+    """A connection of this process to the shared store, over PostgreSQL's Unix socket in the db host's /tmp."""
+    return psycopg.connect(host=str(database.view(database.socket_dir)), port=database.port, user=USER, dbname=DATABASE, autocommit=autocommit)
+
+
+def stored_count(connection: psycopg.Connection, session_id: str) -> int:
+    (row,), = connection.execute(f"SELECT state FROM {SESSIONS_TABLE} WHERE instance = %s AND session_id = %s", (COUNTER, session_id)).fetchall()
+    return int(unwrap(row)[0])
+
+
+def within_bounds(record: dict) -> bool:
+    """acknowledged <= count <= acknowledged + unknown: no acknowledged increment lost, none applied twice, none
+    applied that a 503 said did not take effect (so count == acknowledged where every reply said what happened)."""
+    acknowledged = record["start"] + increments(record, 200)
+    unknown = sum(path == "/increment_counter" and status == 503 and not NOT_APPLIED.search(str(detail)) for path, status, _, detail in record["steps"])
+    return isinstance(record["count"], int) and acknowledged <= record["count"] <= acknowledged + unknown
 
 
 def test_a_checkpoint_of_the_live_run_on_three_hosts_holds_every_acknowledged_increment(shared):
@@ -184,7 +252,9 @@ def test_a_host_frozen_past_its_lease_loses_no_acknowledged_write_and_its_stale_
         client.stdin.write("read\n")  # the counts are read once every stale increment is answered
         client.stdin.flush()
 
-    records = run_sessions(shared, SESSIONS, FREEZE_SECONDS + AFTER_THAW_SECONDS, freeze_past_the_lease, verify=True, report_seeded=True, hold=True)
+    records = run_sessions(
+        shared, SESSIONS, FREEZE_SECONDS + AFTER_THAW_SECONDS, freeze_past_the_lease, verify=True, report_seeded=True, hold=True, clients=COOKIE_CLIENTS
+    )
     (mine, answers), = stale
     ended = {record["start"]: statuses(record) for record in records if set(statuses(record)) - {200, 503}}
     assert ended == {}
@@ -204,6 +274,77 @@ def test_a_host_frozen_past_its_lease_loses_no_acknowledged_write_and_its_stale_
     print(f"{len(mine)} sessions of {frozen.name}, adopted by {dict(adopters)}: each stale increment fenced (503), its retry served by the adopter")
 
 
+def test_a_request_forwarded_to_a_host_frozen_after_committing_it_is_replayed_to_the_adopter_and_applied_once_with_its_original_reply(shared, database):
+    """A session of h2 incremented through h1, with no Idempotency-Key (h1's router gives the request one, which every
+    hop passes on). h2's worker commits it and h2 is SIGSTOPped whole before it replies: the test holds the row's lock,
+    so the commit waits in PostgreSQL, freezes h2 there, then lets the lock go, and the commit goes through. h1 gives
+    the forward up once h2's lease has expired and replays it to itself, the adopter: the row holds its id, so the
+    reply is the one h2 committed, marked Idempotent-Replayed, and the count holds the increment once. Thawed, h2
+    answers the session's stale cookie 503 naming the adopter (its copy is fenced), and the count stays right."""
+    owner, via = shared.lan["h2"], shared.lan["h1"]
+    owner_url, via_url = f"http://{owner.name}:{PUBLIC_PORT}", f"http://{via.name}:{PUBLIC_PORT}"
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name = 'nemo_gym' AND query LIKE '%WITH input%'"
+    with Remote(shared.client, REQUEST_BOUND_SECONDS) as remote:
+        seeded = remote.post(owner_url, "/seed_session", {"initial_count": START}, {})
+        cookies = seeded["cookies"]
+        session_id = counter_session_id(cookies)
+        assert seeded["status"] == 200 and host_of(shared, cookie_header(cookies)) == owner.name, seeded
+        with store_connection(database, autocommit=False) as lock, store_connection(database) as watch:
+            lock.execute(f"SELECT 1 FROM {SESSIONS_TABLE} WHERE instance = %s AND session_id = %s FOR UPDATE", (COUNTER, session_id))
+            remote.send(via_url, "/increment_counter", {"count": 1}, cookies)
+            bounded(lambda: watch.execute(waiting).fetchone()[0], "the owner's commit never waited on the row")
+            owner.freeze()
+            try:
+                lock.commit()
+                bounded(lambda: stored_count(watch, session_id) == START + 1, "the frozen owner's commit did not go through")
+                reply = remote.receive()
+            finally:
+                owner.thaw()
+        stale = remote.post(owner_url, "/increment_counter", {"count": 1}, cookies)
+        again = remote.retried(RETRY_SECONDS, shared.url, "/increment_counter", {"count": 1}, stale["cookies"])
+        read = remote.post(shared.url, "/get_counter_value", {}, again["cookies"])
+    assert (reply["status"], reply["replayed"], reply["body"]) == (200, "true", {"success": True}), reply
+    assert host_of(shared, cookie_header(reply["cookies"])) == via.name
+    assert stale["status"] == 503 and FENCED.search(str(stale["body"])), stale
+    assert (again["status"], read["body"]) == (200, {"count": START + 2}), (again, read)
+
+
+def test_while_postgresql_is_frozen_writes_get_503_within_the_deadline_get_slash_answers_everywhere_and_no_count_is_wrong(shared, database):
+    """PostgreSQL on its host SIGSTOPped for ``STORE_FROZEN_SECONDS`` (a hung host: connections open, nothing
+    answered), past every owner lease, while sessions of every cookie client and of MCP token clients add 1 every
+    second through the balancer, and ``GET /`` is asked of every replica throughout. Every reply is 200 or 503
+    with Retry-After, within ``WRITE_BOUND_SECONDS``; every ``GET /`` answers 200 within ``HEALTH_BOUND_SECONDS``;
+    and for every session, acknowledged <= count <= acknowledged + the 503s that did not say it was not applied."""
+    probes: list[subprocess.Popen] = []
+
+    def freeze_the_store(client) -> None:
+        urls = [f"http://{host.name}:{PUBLIC_PORT}" for host in shared.replicas]
+        args = {"urls": urls, "seconds": STORE_FROZEN_SECONDS + 2 * THINK_SECONDS, "interval": HEALTH_INTERVAL_SECONDS, "timeout": HEALTH_BOUND_SECONDS}
+        probes.append(shared.client.python("-m", CLIENT_MODULE, "health", json.dumps(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        time.sleep(THINK_SECONDS)
+        database.freeze()
+        try:
+            time.sleep(STORE_FROZEN_SECONDS)
+        finally:
+            database.thaw()
+
+    records = run_sessions(shared, STORE_SESSIONS, STORE_FROZEN_SECONDS + AFTER_THAW_SECONDS, freeze_the_store, clients=[*COOKIE_CLIENTS, "mcp_token"])
+    out, err = probes[0].communicate(timeout=REQUEST_BOUND_SECONDS)
+    assert probes[0].returncode == 0, err[-3000:]
+    health = json.loads(out.splitlines()[-1])
+    steps = [(step, took) for record in records for step, took in zip(record["steps"], record["took"])]
+    refused = [step for step, _ in steps if step[1] == 503]
+    assert refused and [step for step, _ in steps if step[1] not in (200, 503)] == [] and [step for step in refused if not step[2]] == []
+    assert [(step[:2], round(took, 1)) for step, took in steps if took > WRITE_BOUND_SECONDS] == []
+    assert {url: [answer for answer in answers if answer[1] != 200 or answer[0] > HEALTH_BOUND_SECONDS] for url, answers in health.items()} == {url: [] for url in health}
+    assert min(len(answers) for answers in health.values()) > STORE_FROZEN_SECONDS / HEALTH_BOUND_SECONDS
+    wrong = {r["start"]: (r["count"], increments(r, 200), [step[1:] for step in r["steps"] if step[1] != 200]) for r in records if not within_bounds(r)}
+    assert wrong == {}
+    print(f"{len(refused)} of {len(steps)} replies 503 while the store was frozen; slowest reply {max(took for _, took in steps):.1f} s, slowest GET / {max(a[0] for answers in health.values() for a in answers):.2f} s")
+
+
 def test_the_sessions_of_a_host_killed_whole_are_adopted_within_the_lease_and_every_episode_scores(shared):
     """The host owning the most sessions SIGKILLed whole between +1 and +2; it stays down."""
     killed: list[tuple[Host, float, int]] = []
@@ -217,7 +358,7 @@ def test_the_sessions_of_a_host_killed_whole_are_adopted_within_the_lease_and_ev
         client.stdin.write("go\n")
         client.stdin.flush()
 
-    records = run_sessions(shared, SESSIONS, RUN_AFTER_KILL_SECONDS, kill_the_busiest, verify=True, report_seeded=True)
+    records = run_sessions(shared, SESSIONS, RUN_AFTER_KILL_SECONDS, kill_the_busiest, verify=True, report_seeded=True, clients=COOKIE_CLIENTS)
     (host, at, held), = killed
     assert host.processes() == set()
     wrong = {r["start"]: (statuses(r), r["count"], r["reward"]) for r in records if set(statuses(r)) - {200, 503} or not exact(r)}
@@ -240,6 +381,34 @@ def revive(shared: ReplicaSet, database: Postgres) -> None:
     start_gym([(host, shared_config(host, database.dsn())) for host in down], START_TIMEOUT_SECONDS)
     for host in down:
         wait_in_rotation(shared.lan["balancer"], SWE_BALANCER, shared.replicas.index(host) + 1, START_TIMEOUT_SECONDS)
+
+
+def kill_the_busiest_of(shared: ReplicaSet, sessions: list[Keyed]) -> Host:
+    (name, _), = Counter(session.owner_host(shared) for session in sessions).most_common(1)
+    shared.lan[name].kill()
+    return shared.lan[name]
+
+
+def test_an_increment_sent_again_with_its_id_after_its_host_was_killed_and_after_a_restart_is_applied_once_with_its_original_reply(shared, database):
+    """Sessions through the balancer with requests and httpx, each incremented twice under ids of its own (after the
+    kill above, on the two hosts left). The host owning the most is killed whole, and every increment is sent again
+    with its id (its sessions adopted by the host left): its original reply comes back, marked Idempotent-Replayed,
+    and the count holds it once. Then the dead hosts are started again, and the host left, the owner of every
+    session now, is killed whole: each session is taken up from the store by a new worker of a restarted host, and
+    the same again. A request is sent again as a client is told to: after a 503's Retry-After, and, under its id,
+    after the balancer's own 502 (the first request after a kill got one now and then: printed)."""
+    with Remote(shared.client, REQUEST_BOUND_SECONDS) as remote:
+        sessions = keyed_sessions(remote, shared.url, RETRY_SECONDS)
+        killed = kill_the_busiest_of(shared, sessions)
+        after_kill = sent_again(remote, shared.url, sessions, RETRY_SECONDS)
+        revive(shared, database)
+        last = kill_the_busiest_of(shared, sessions)
+        after_restart = sent_again(remote, shared.url, sessions, RETRY_SECONDS)
+        bad_gateways = remote.bad_gateways
+    assert (after_kill, after_restart) == ({}, {})
+    survivors = {session.owner_host(shared) for session in sessions}
+    assert killed != last and survivors.isdisjoint({last.name}) and None not in survivors, survivors
+    print(f"killed {killed.name} then {last.name}; balancer's 502s sent again under their ids: {[(bad['path'], bad['body'][:60]) for bad in bad_gateways]}")
 
 
 def test_the_swe_rebench_sessions_of_a_host_killed_whole_get_410_naming_why_and_the_others_score(shared, database):
