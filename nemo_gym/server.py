@@ -43,7 +43,7 @@ from nemo_gym.metrics.meters import METERS
 from nemo_gym.middleware.body_limit import BodyLimit
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.middleware.errors import ServerErrorsAsJson, server_error
-from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.protocols.input_limits import InputLimits
 from nemo_gym.middleware.strict_json import StrictJSONRoute
 from nemo_gym.ray_cluster.need import code_imports_ray
 from nemo_gym.routing.forwarder import Forwarder
@@ -55,7 +55,7 @@ from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.transport import Transport, transport_class
 from nemo_gym.routing.transport.credentials import WINDOW_SECONDS, ReplicaCredentials
 from nemo_gym.routing.transport.tcp import TcpTransport, tls_contexts
-from nemo_gym.routing.worker import new_worker_id
+from nemo_gym.sessions.worker import new_worker_id
 from nemo_gym.server_utils import ServerClient, initialize_ray
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY, SESSION_MAX_AGE_SECONDS, SessionCookie, SessionIdMiddleware, session_cookie_name
 from nemo_gym.sessions.secret import instance_key, session_secret

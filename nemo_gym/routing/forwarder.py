@@ -16,9 +16,9 @@ from starlette.types import Receive, Scope, Send
 from nemo_gym.metrics.meters import METERS
 from nemo_gym.routing.exchange import CallerLeft, Exchange, RequestBody, Signer
 from nemo_gym.routing.hop_tracing import hop_tracer
-from nemo_gym.routing.lost import retry_later
 from nemo_gym.routing.transport.base import Transport
 from nemo_gym.routing.transport.connection import ConnectionBroken
+from nemo_gym.sessions.replies import retry_later
 
 # A live owner that takes no connection (its backlog full while it is busy) is retried, with pauses
 # growing from the first to the last, for this long; then the caller gets a 503 with Retry-After.

@@ -19,7 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym.routing.exchange import replaying
 from nemo_gym.routing.forwarder import Forwarder, OwnerBusy, OwnerDied, OwnerGone
-from nemo_gym.routing.lost import Decision, ForwardTo, LostSessionPolicy, Reply, ServeHere, retry_later
+from nemo_gym.routing.lost import Decision, ForwardTo, LostSessionPolicy, Reply, ServeHere
 from nemo_gym.routing.owner import AmbiguousSession, OwnerReader, owner_of
 from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.replica import forward_address, owner_label, replica_of
@@ -27,7 +27,8 @@ from nemo_gym.routing.request_id import ID_HEADER, SAFE_METHODS, id_of, new_id_h
 from nemo_gym.routing.transport.credentials import AUTH_HEADER_KEY, request_target
 from nemo_gym.routing.transport.private_server import CLIENT_HEADER
 from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY, TcpTransport
-from nemo_gym.routing.worker import WORKER_HEADER, is_worker_id
+from nemo_gym.sessions.replies import retry_later
+from nemo_gym.sessions.worker import WORKER_HEADER, is_worker_id
 
 WORKER_HEADER_KEY = WORKER_HEADER.lower().encode()
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from starlette.types import ASGIApp
 
 if TYPE_CHECKING:
-    from nemo_gym.middleware.input_limits import InputLimits
+    from nemo_gym.protocols.input_limits import InputLimits
     from nemo_gym.routing.transport.connection import OwnerConnection
 
 

@@ -33,7 +33,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.middleware.input_limits import InputLimits, LimitedHttpToolsProtocol
+from nemo_gym.protocols.input_limits import InputLimits, LimitedHttpToolsProtocol
 from nemo_gym.routing.exchange import replaying
 from nemo_gym.routing.replica import parse_replica
 from nemo_gym.routing.transport.connection import IdleConnections, OwnerConnection

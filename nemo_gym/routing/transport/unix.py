@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator
 
 from starlette.types import ASGIApp
 
-from nemo_gym.middleware.input_limits import InputLimits, LimitedHttpToolsProtocol
+from nemo_gym.protocols.input_limits import InputLimits, LimitedHttpToolsProtocol
 from nemo_gym.routing.transport.connection import OwnerConnection, IdleConnections
 from nemo_gym.routing.transport.private_server import PrivateServer
 

@@ -7,7 +7,7 @@ import tempfile
 from unittest import mock
 
 from nemo_gym.routing.router import SessionRouter
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from scripts.bench import in_process
 
 

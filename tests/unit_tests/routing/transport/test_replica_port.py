@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nemo_gym.config import free_port
-from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.protocols.input_limits import InputLimits
 from nemo_gym.routing.exchange import Exchange
 from nemo_gym.routing.transport.connection import OwnerConnection
 from nemo_gym.routing.transport.credentials import ReplicaCredentials
