@@ -362,11 +362,11 @@ class SimpleServer(BaseModel):
             return MetricsEndpoint(BodyLimit(local, self.config.max_body_bytes), exposition)
         owners = OwnerReader(self.session_options, self.tokens)
         lost = LostWithOwner() if adopter is None else adopter
-        replicas = None if self._replicas is None else Forwarder(self._replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS, hop="replica")
-        if replicas is not None and durable is not None and durable.lease is not None:
-            replicas.owner_expired, replicas.expiry_check_seconds = self._forwarder.owner_expired, self._forwarder.expiry_check_seconds
+        replica_forwarder = None if self._replicas is None else Forwarder(self._replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS, hop="replica")
+        if replica_forwarder is not None and durable is not None and durable.lease is not None:
+            replica_forwarder.owner_expired, replica_forwarder.expiry_check_seconds = self._forwarder.owner_expired, self._forwarder.expiry_check_seconds
         router = self._router = SessionRouter(
-            local, self._worker_id, owners, self._forwarder, self._placement, lost, self.session_start_paths, self._replica, replicas
+            local, self._worker_id, owners, self._forwarder, self._placement, lost, self.session_start_paths, self._replica, replica_forwarder
         )
         served = router if gate is None else CheckpointAdmin(router, gate, self.name, self.secret, self.config.session_store)
         return MetricsEndpoint(BodyLimit(served, self.config.max_body_bytes), exposition, self._worker_id)
