@@ -42,7 +42,7 @@ from nemo_gym.metrics.meters import METERS
 from nemo_gym.middleware.body_limit import BodyLimit
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.middleware.errors import ServerErrorsAsJson
-from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.protocols.input_limits import InputLimits
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.lost import LostWithOwner
 from nemo_gym.routing.owner import OwnerReader
@@ -52,7 +52,7 @@ from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.transport import Transport, transport_class
 from nemo_gym.routing.transport.credentials import WINDOW_SECONDS, ReplicaCredentials
 from nemo_gym.routing.transport.tcp import TcpTransport, tls_contexts
-from nemo_gym.routing.worker import new_worker_id
+from nemo_gym.sessions.worker import new_worker_id
 from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS, SessionCookie, SessionIdMiddleware
 
 if TYPE_CHECKING:

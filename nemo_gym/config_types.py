@@ -17,7 +17,7 @@ from nemo_gym.config.keys import ConfigKeys
 from nemo_gym.durable.lease import OWNER_LEASE_SECONDS
 from nemo_gym.durable.store import STORE_TIMEOUT_SECONDS
 from nemo_gym.env import DEFAULT_HOST
-from nemo_gym.middleware.input_limits import (
+from nemo_gym.protocols.input_limits import (
     DEFAULT_BODY_TIMEOUT_SECONDS,
     DEFAULT_HEADER_TIMEOUT_SECONDS,
     DEFAULT_MAX_HEADER_BYTES,
@@ -97,7 +97,7 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     # Larger request bodies get 413 before they are read.
     max_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     # A larger request head gets 431; a head slower than this, or a body slower than this rate over
-    # such a window, gets 408 (nemo_gym/middleware/input_limits.py, docs/input-limits.md).
+    # such a window, gets 408 (nemo_gym/protocols/input_limits.py, docs/input-limits.md).
     max_header_bytes: int = Field(default=DEFAULT_MAX_HEADER_BYTES, gt=0)
     header_timeout_seconds: float = Field(default=DEFAULT_HEADER_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False)
     body_timeout_seconds: float = Field(default=DEFAULT_BODY_TIMEOUT_SECONDS, gt=0, allow_inf_nan=False)

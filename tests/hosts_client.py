@@ -68,7 +68,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from nemo_gym.client.reading import ServerReply, cookie_header
 from nemo_gym.durable.replies import REPLAYED_HEADER
 from nemo_gym.routing.request_id import ID_HEADER_NAME
-from nemo_gym.routing.worker import WORKER_HEADER
+from nemo_gym.sessions.worker import WORKER_HEADER
 from nemo_gym.sessions.token import TOKEN_HEADER
 from nemo_gym.openai_utils import new_response
 from nemo_gym.client.rollouts import read_rows, run_episodes as run_relay_episodes

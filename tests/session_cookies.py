@@ -10,7 +10,7 @@ from typing import Any
 
 from itsdangerous import TimestampSigner
 
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import session_cookie_name
 from nemo_gym.sessions.secret import instance_key, session_secret
 

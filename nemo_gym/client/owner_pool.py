@@ -51,7 +51,7 @@ import aiohttp
 import yarl
 
 from nemo_gym.routing.replica import REPLICA_KEY, parse_replica, replica_address
-from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER, is_worker_id
+from nemo_gym.sessions.worker import OWNER_KEY, WORKER_HEADER, is_worker_id
 
 MAX_KEPT_CONNECTIONS = 1024
 IDLE_SECONDS = 15.0

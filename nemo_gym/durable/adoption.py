@@ -21,15 +21,16 @@ from starlette.responses import Response
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.applied import remembered
 from nemo_gym.durable.keeper import DurableSessions
-from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, StoredSession, StoreUnavailable
+from nemo_gym.durable.store import StoredSession, StoreUnavailable
 from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.durable.replies import not_taken_up, owned_elsewhere, replayed
 from nemo_gym.lifecycle.ending import SessionLifecycle
 from nemo_gym.lifecycle.registry import EndReason
-from nemo_gym.lifecycle.replies import ended_session
 from nemo_gym.metrics.meters import METERS
-from nemo_gym.routing.lost import Decision, ForwardTo, Reply, ServeHere, lost_session, retry_later
-from nemo_gym.routing.worker import OWNER_KEY, is_worker_id
+from nemo_gym.routing.lost import Decision, ForwardTo, Reply, ServeHere
+from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS
+from nemo_gym.sessions.replies import lost_session, retry_later, session_gone
+from nemo_gym.sessions.worker import OWNER_KEY, is_worker_id
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +180,7 @@ def after_the_end(tombstone: StoredSession, request: str | None) -> Response:
     """For a request of an ended session: its stored reply, if it is the one that ended it (a verify sent
     again), else 410 saying how the session ended."""
     applied = None if request is None else remembered(tombstone.state, request)
-    return ended_session(ended_detail(tombstone.state)) if applied is None else replayed(applied)
+    return session_gone(ended_detail(tombstone.state)) if applied is None else replayed(applied)
 
 
 def session_id_of(session: dict[str, Any]) -> str | None:

@@ -40,7 +40,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym.durable.store import open_store
-from nemo_gym.routing.lost import retry_later
+from nemo_gym.sessions.replies import retry_later
 from nemo_gym.routing.placement import COUNT_SUFFIX
 from nemo_gym.routing.transport.credentials import WINDOW_SECONDS, ReplicaCredentials, request_target
 
@@ -269,7 +269,7 @@ class CheckpointAdmin:
         seconds = float(query.get("seconds", [DEFAULT_DRAIN_SECONDS])[0])
         if not await self.gate.drain(seconds):
             detail = f"requests in flight did not finish within {seconds:g} s (no request was refused meanwhile)"
-            return JSONResponse(status_code=503, headers={"Retry-After": "1"}, content={"detail": detail})
+            return retry_later(detail)
         return JSONResponse({"drained": True})
 
     async def pause(self, query: dict[str, list[str]]) -> JSONResponse:
@@ -277,7 +277,7 @@ class CheckpointAdmin:
         hold = float(query.get("hold_seconds", [DEFAULT_HOLD_SECONDS])[0])
         if not await self.gate.pause(seconds, hold):
             detail = f"requests in flight did not finish within the pause's hold of {hold:g} s; the pause is off again"
-            return JSONResponse(status_code=503, headers={"Retry-After": "1"}, content={"detail": detail})
+            return retry_later(detail)
         return JSONResponse({"paused_until": self.gate.paused_until()})
 
     async def export(self, query: dict[str, list[str]]) -> JSONResponse:

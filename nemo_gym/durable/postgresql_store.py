@@ -46,7 +46,8 @@ from psycopg.conninfo import conninfo_to_dict
 
 from nemo_gym.config.redaction import misread, scrubbed, shown_url
 from nemo_gym.durable.lease import LeaseHolder
-from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, STORE_TIMEOUT_SECONDS, SessionConflict, StoredSession, StoreError, StoreTimedOut, StoreUnavailable
+from nemo_gym.durable.store import STORE_TIMEOUT_SECONDS, SessionConflict, StoredSession, StoreError, StoreTimedOut, StoreUnavailable
+from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS
 
 logger = logging.getLogger(__name__)
 

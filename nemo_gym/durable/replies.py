@@ -11,10 +11,10 @@ from nemo_gym.durable.applied import Applied
 
 from nemo_gym.durable.lease import LeaseHolder
 from nemo_gym.durable.store import StoreUnavailable
-from nemo_gym.routing.lost import RETRY_AFTER_SECONDS, retry_later
 from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY
 from nemo_gym.routing.request_id import ID_HEADER_NAME
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.replies import retry_later
+from nemo_gym.sessions.worker import OWNER_KEY
 
 # On a reply sent again for a request applied already (as Stripe's API names it).
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -30,11 +30,7 @@ def store_unavailable(error: StoreUnavailable) -> JSONResponse:
                    "when the store answers again. The session is served as of its last successful reply meanwhile")
     else:
         outcome = "the session store is unavailable, so it did not take effect: the session is as of its last successful reply"
-    return JSONResponse(
-        status_code=503,
-        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        content={"detail": f"This request changed the session, and the change could not be stored: {outcome}. Retry later."},
-    )
+    return retry_later(f"This request changed the session, and the change could not be stored: {outcome}. Retry later.")
 
 
 def lease_not_renewed() -> JSONResponse:
@@ -76,4 +72,4 @@ def replayed(applied: Applied) -> Response:
 
 def in_flight(request: str) -> JSONResponse:
     detail = f"A request with {ID_HEADER_NAME} {request} is being served now; retry it once that one is answered."
-    return JSONResponse(status_code=409, content={"detail": detail}, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+    return retry_later(detail, status=409)

@@ -25,7 +25,8 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, STORE_TIMEOUT_SECONDS, SessionConflict, SessionTaken, StoredSession, StoreError, StoreUnavailable
+from nemo_gym.durable.store import STORE_TIMEOUT_SECONDS, SessionConflict, SessionTaken, StoredSession, StoreError, StoreUnavailable
+from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS
 from nemo_gym.sessions.secret import state_dir
 
 logger = logging.getLogger(__name__)

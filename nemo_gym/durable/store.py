@@ -15,8 +15,6 @@ import importlib
 from dataclasses import dataclass
 from typing import Protocol
 
-# Starlette's SessionMiddleware default max_age: a row lives as long as the cookie naming it.
-SESSION_MAX_AGE_SECONDS = 14 * 24 * 3600
 # The default of the ``store_timeout_seconds`` setting: a store that has not answered an operation in this
 # long counts as down for it. Below the owner lease's valid share (9 s of 10), so a renewal that times out
 # leaves time for another before the lease runs out.
@@ -92,7 +90,7 @@ class SessionStore(Protocol):
 
     async def unused_since(self, used_before: float) -> list[StoredSession]:
         """The live rows with an owner whose last write (their last use: the expiry less
-        ``SESSION_MAX_AGE_SECONDS``) came before ``used_before``, epoch seconds: the idle sweep's candidates."""
+        ``sessions.cookie.SESSION_MAX_AGE_SECONDS``: a row lives as long as the cookie naming it) came before ``used_before``, epoch seconds: the idle sweep's candidates."""
 
     def export(self) -> list[StoredSession]:
         """Every live row, by session id, as of one moment of the store."""

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from nemo_gym.durable.store import SessionStore, StoredSession
 from nemo_gym.durable.tombstones import ended_detail
-from nemo_gym.routing.worker import is_worker_id
+from nemo_gym.sessions.worker import is_worker_id
 
 FORMAT = "nemo_gym.sessions/1"
 # SQLite's largest integer: a revision above it cannot be stored.

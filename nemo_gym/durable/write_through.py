@@ -11,7 +11,7 @@ from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.applied import KEPT_BODY_BYTES, Applied, kept_headers
 from nemo_gym.durable.replies import in_flight, lease_not_renewed, owned_elsewhere, replayed, store_unavailable
 from nemo_gym.durable.store import SessionTaken, StoreUnavailable
-from nemo_gym.routing.lost import retry_later
+from nemo_gym.sessions.replies import retry_later
 from nemo_gym.routing.request_id import ID_HEADER_NAME, MAX_ID_LENGTH, request_id, valid_id
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
 from nemo_gym.sessions.token import is_mcp_path, token_session_id

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from nemo_gym.routing.placement import SessionCount
-from nemo_gym.routing.worker import is_worker_id
+from nemo_gym.sessions.worker import is_worker_id
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.lifecycle.ending import SessionLifecycle
 from nemo_gym.lifecycle.registry import EndReason
-from nemo_gym.lifecycle.replies import ended_session, over_cap
+from nemo_gym.lifecycle.replies import over_cap
+from nemo_gym.sessions.replies import session_gone
 from nemo_gym.sessions.token import is_mcp_path, token_session_id
 
 # Whether a route takes a request is remembered for this many (method, root path, path): the app's routes
@@ -98,7 +99,7 @@ class Lifecycle:
             return None  # adopted sessions too: adoption made them live (``durable.adoption``)
         detail = self.registry.ended(session_id)
         if detail is not None:
-            return ended_session(detail)
+            return session_gone(detail)
         cap = self.lifecycle.admit(session_id)
         return None if cap is None else over_cap(cap.limit, cap.detail)
 

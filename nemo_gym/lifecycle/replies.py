@@ -1,14 +1,11 @@
-"""The replies of the session lifecycle: an ended session's 410, a cap's refusal, and the details they carry."""
+"""The replies of the session lifecycle: what an ended session's 410 says, and a cap's refusal (built by ``sessions.replies``)."""
 
 from __future__ import annotations
 
 from starlette.responses import JSONResponse
 
 from nemo_gym.lifecycle.registry import EndReason
-from nemo_gym.routing.lost import retry_later
-
-def ended_session(detail: str) -> JSONResponse:
-    return JSONResponse(status_code=410, content={"detail": detail})
+from nemo_gym.sessions.replies import retry_later
 
 
 def end_detail(session_id: str, reason: EndReason, idle_seconds: float = 0.0, timeout: float | None = None, worker: str | None = None) -> str:

@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym.metrics.exposition import Exposition
 from nemo_gym.metrics.meters import METERS
-from nemo_gym.routing.worker import WORKER_HEADER
+from nemo_gym.sessions.worker import WORKER_HEADER
 
 METRICS_PATH = "/metrics"
 # Prometheus's text format, version 0.0.4 (what prometheus_client's generate_latest writes).

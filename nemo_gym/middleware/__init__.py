@@ -1,1 +1,1 @@
-"""The ASGI middlewares every server has: body limit, input limits, strict JSON, errors as JSON, cancel on disconnect."""
+"""The ASGI middlewares every server has: body limit, strict JSON, errors as JSON, cancel on disconnect."""

@@ -15,7 +15,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.config.redaction import redact
 from nemo_gym.metrics.layers import METRICS_PATH, TEXT_FORMAT
 from nemo_gym.env import CONFIG_PATH_ENV, DEFAULT_HOST, HEAD_PORT_ENV
-from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.protocols.input_limits import InputLimits
 from nemo_gym.process.parent import follow_parent
 
 

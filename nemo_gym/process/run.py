@@ -45,7 +45,7 @@ from nemo_gym.env import (
     WORKER_LOG_DIR_ENV,
 )
 from nemo_gym.metrics.exposition import MULTIPROC_DIR_ENV, make_metrics_dir, remove_metrics_dir
-from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.protocols.input_limits import InputLimits
 from nemo_gym.process.discovery import find_server_class
 from nemo_gym.process.parent import die_with_parent, follow_parent
 from nemo_gym.routing.replica import ReplicaAddressError, advertised_host

@@ -8,7 +8,6 @@ A request crosses these modules top to bottom, and none of them imports ``nemo_g
 - ``owner``: reading the owner worker out of a signed session cookie or MCP session token, once.
 - ``request_id``: the id (``Idempotency-Key``) a request that may change a session carries on every hop,
   the client's or one the router assigns.
-- ``worker``: who this worker is (its random ID) and the names every worker's sessions carry.
 - ``replica``: which replica of a replica set (the same server on several hosts) owns a session.
 - ``placement``: where a new session starts (the worker that has started the fewest).
 - ``forwarder``: sending a request to its owner through the transport; it raises what went wrong.

@@ -3,7 +3,7 @@
 The connection is the transport's (``transport.connection``); what goes on it, and what comes back as
 ASGI messages, is decided here. A caller that leaves cancels the relay.
 
-A request that is signed (a replica's credential, ``transport.credentials``, covers its whole body) has its
+A request that is stamped with a credential (a replica's, ``transport.credentials``, covers its whole body) has its
 body read whole before its head is sent: kept as the pieces it came in (no copy), and sent with its length.
 """
 
@@ -28,8 +28,9 @@ HOP_BY_HOP = frozenset(
 
 # What goes up to the owner: the whole body (in one piece, or in the pieces it came in), a stream of it, or none.
 RequestBody = bytes | list[bytes] | AsyncIterator[bytes] | None
-# Makes the header that signs a request: given its scope, its headers as sent and its whole body.
-Signer = Callable[[Any, list[tuple[bytes, bytes]], list[bytes]], tuple[bytes, bytes]]
+# Stamps a request with the credential its peer requires (``Transport.stamper``): given its scope, its headers
+# as they will be sent (edited in place) and its whole body.
+Stamp = Callable[[Any, list[tuple[bytes, bytes]], list[bytes]], None]
 
 
 class CallerLeft(Exception):
@@ -39,10 +40,10 @@ class CallerLeft(Exception):
 class Exchange:
     """One forwarded request: the caller's body streamed up, the owner's reply streamed down."""
 
-    def __init__(self, scope: Scope, receive: Receive, send: Send, sign: Signer | None = None) -> None:
-        """``sign``: makes the header this hop adds to sign the request (none: unsigned)."""
+    def __init__(self, scope: Scope, receive: Receive, send: Send, stamp: Stamp | None = None) -> None:
+        """``stamp``: adds the credential the peer requires to the request's headers (none: the peer requires none)."""
         self.scope = scope
-        self.sign = sign
+        self.stamp = stamp
         self.receive = receive
         self.send = send
         self.body_sent = asyncio.Event()
@@ -50,7 +51,7 @@ class Exchange:
         self.finished = False
         self.caller_left = False
         # The body messages read from the caller and kept: a request that reached no owner can then be
-        # served from the start by someone else. The first only, unless the body was read whole (signed):
+        # served from the start by someone else. The first only, unless the body was read whole (stamped):
         # the rest of a streamed body is read only once connected, and not kept.
         self.kept: list[Message] = [{"type": "http.request", "body": b"", "more_body": False}]
         # Whether a streamed body was read from the caller past its first message (which is kept).
@@ -81,8 +82,8 @@ class Exchange:
             headers.append((b"content-length", b"%d" % sum(len(piece) for piece in body)))
         elif body is not None:
             headers.append((b"transfer-encoding", b"chunked"))
-        if self.sign is not None:
-            headers.append(self.sign(scope, headers, [body] if isinstance(body, bytes) else body or []))
+        if self.stamp is not None:
+            self.stamp(scope, headers, [body] if isinstance(body, bytes) else body or [])
         await connection.write(request_head(scope, headers) + (body if isinstance(body, bytes) else b""))
         if isinstance(body, list):
             for piece in body:
@@ -122,7 +123,7 @@ class Exchange:
         if not first.get("more_body", False):
             self.body_sent.set()
             return first.get("body", b"")
-        if self.sign is not None:
+        if self.stamp is not None:
             while self.kept[-1].get("more_body", False):
                 self.kept.append(await self.next_body_message())
             self.body_sent.set()

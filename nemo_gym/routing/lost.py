@@ -10,11 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp
 
-# What every 503 that asks the caller to come back advises.
-RETRY_AFTER_SECONDS = 1
+from nemo_gym.sessions.replies import lost_session
 
 
 @dataclass(frozen=True)
@@ -53,20 +51,6 @@ class LostSessionPolicy(Protocol):
     async def owner_died(self, owner: str, session: dict[str, Any], request: str | None = None) -> Reply:
         """The owner died while it had the request, before its reply started: whether the request took
         effect is unknown, so it is neither served nor sent again, only answered."""
-
-
-def lost_session(owner: str) -> JSONResponse:
-    return JSONResponse(
-        status_code=410,
-        content={
-            "detail": f"Session lost: it belongs to worker {owner}, which is gone (the worker exited, the "
-            "server restarted, or its replica's host is gone), and the session's state went with it. Start a new session."
-        },
-    )
-
-
-def retry_later(detail: str) -> JSONResponse:
-    return JSONResponse(status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}, content={"detail": detail})
 
 
 class LostWithOwner:

@@ -14,7 +14,7 @@ from itsdangerous import URLSafeSerializer
 from starlette.requests import cookie_parser
 from starlette.types import Message, Receive, Scope, Send
 
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import SESSION_READ_SCOPE_KEY, SessionCookie, SessionIdMiddleware
 from nemo_gym.sessions.token import TOKEN_HEADER, TOKEN_HEADER_KEY, is_mcp_path, read_token
 

@@ -26,7 +26,7 @@ import struct
 import time
 from collections.abc import Callable
 
-from nemo_gym.routing.worker import is_worker_id
+from nemo_gym.sessions.worker import is_worker_id
 
 logger = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 REPLICA_KEY = "nemo_gym_replica"
@@ -108,6 +109,22 @@ def forward_address(session: dict) -> str | None:
     if parsed is None or type(port) is not int or not 0 < port < 65536:
         return None
     return replica_address(parsed[0], port)
+
+
+class ReplicaPeer(NamedTuple):
+    """A worker of another replica, as the TCP transport reaches it: its ``worker`` ID, its ``replica`` (the
+    replica's public address, which credentials name) and ``address``, the replica's forwarding port."""
+
+    worker: str
+    replica: str
+    address: str
+
+
+def replica_peer(worker: str, session: dict) -> ReplicaPeer | None:
+    """Worker ``worker`` of the replica a session names; None if the session names no replica validly
+    (not ``host:port``, or no forwarding port)."""
+    address = forward_address(session)
+    return None if address is None else ReplicaPeer(worker, session[REPLICA_KEY], address)
 
 
 def owner_label(worker: str, replica: str) -> str:

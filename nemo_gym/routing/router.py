@@ -3,31 +3,34 @@
 It sits outside the app's session layer on purpose: a forwarded request never reaches this worker's
 session layer, so the caller gets exactly one Set-Cookie, the owner's. Requests that other
 workers forward here arrive on the private listener, which bypasses the router
-(``transport.private_server``). It owns recovery: when a forward cannot reach its owner, it answers a
-busy owner itself, and for a dead one asks the lost-session policy (``lost``) and does what it says.
+(``transport.private_server``). It owns recovery, in one loop over a route (``forward``): when a
+forward cannot reach its peer, it answers a busy one itself (503), and for a dead one asks the
+lost-session policy (``lost``) and does what it says.
 
-In a replica set (``replica``), a session whose owner is a worker of another replica is forwarded to
-that replica's forwarding port (``replicas``, over ``transport.tcp``), where ``from_replica`` takes it:
-served there, or sent on to the owner worker of that host. A session of this replica's takes the
-one-host path, unchanged.
+In a replica set (``replica``), a session whose owner is a worker of another replica is forwarded, as a
+``ReplicaPeer``, by the replica forwarder (``replica_forwarder``, over ``transport.tcp``, which stamps
+the credential) to that replica's forwarding port, where ``from_replica`` takes it: served there, or
+sent on to the owner worker of that host. A session of this replica's takes the one-host path, unchanged.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym.routing.exchange import replaying
 from nemo_gym.routing.forwarder import Forwarder, OwnerBusy, OwnerDied, OwnerGone
-from nemo_gym.routing.lost import Decision, ForwardTo, LostSessionPolicy, Reply, ServeHere, retry_later
+from nemo_gym.routing.lost import Decision, ForwardTo, LostSessionPolicy, Reply, ServeHere
 from nemo_gym.routing.owner import AmbiguousSession, OwnerReader, owner_of
 from nemo_gym.routing.placement import Placement
-from nemo_gym.routing.replica import forward_address, owner_label, replica_of
+from nemo_gym.routing.replica import replica_of, replica_peer
 from nemo_gym.routing.request_id import ID_HEADER, SAFE_METHODS, id_of, new_id_header
-from nemo_gym.routing.transport.credentials import AUTH_HEADER_KEY, request_target
 from nemo_gym.routing.transport.private_server import CLIENT_HEADER
-from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY, TcpTransport
-from nemo_gym.routing.worker import WORKER_HEADER, is_worker_id
+from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY
+from nemo_gym.sessions.replies import retry_later
+from nemo_gym.sessions.worker import WORKER_HEADER, is_worker_id
 
 WORKER_HEADER_KEY = WORKER_HEADER.lower().encode()
 
@@ -43,11 +46,12 @@ class SessionRouter:
         lost: LostSessionPolicy,
         start_paths: frozenset[str] = frozenset(),
         replica: str | None = None,
-        replicas: Forwarder | None = None,
+        replica_forwarder: Forwarder | None = None,
     ) -> None:
-        """``start_paths``: where a request starts a new session whatever it names (the app's session layer
-        gives it one), so it is placed as a new session is, never sent to an owner, live or dead.
-        ``replica``: this replica's address, in a replica set; ``replicas`` forwards over a ``TcpTransport``."""
+        """``forwarder`` reaches this host's workers (``transport.unix``). ``start_paths``: where a request starts a
+        new session whatever it names (the app's session layer gives it one), so it is placed as a new session
+        is, never sent to an owner, live or dead. ``replica``: this replica's address, in a replica set;
+        ``replica_forwarder`` reaches the other replicas' workers (``transport.tcp``)."""
         self.app = app
         self.worker_id = worker_id
         self.owners = owners
@@ -56,7 +60,7 @@ class SessionRouter:
         self.lost = lost
         self.start_paths = start_paths
         self.replica = replica
-        self.replicas = replicas
+        self.replica_forwarder = replica_forwarder
         self.label = worker_id.encode()  # the reply header's value, made once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -92,10 +96,10 @@ class SessionRouter:
             await self.app(scope, receive, send)
         elif is_worker_id(owner):
             replica = replica_of(session)
-            if replica is None or replica == self.replica or self.replicas is None:
-                await self.to_owner(owner, session, scope, receive, self.owners.keeping_session(scope, send))
-            elif (address := forward_address(session)) is not None:
-                await self.to_replica(owner, replica, address, session, scope, receive, self.owners.keeping_session(scope, send))
+            if replica is None or replica == self.replica or self.replica_forwarder is None:
+                await self.forward(self.forwarder, owner, session, scope, receive, self.owners.keeping_session(scope, send))
+            elif (peer := replica_peer(owner, session)) is not None:
+                await self.forward(self.replica_forwarder, peer, session, scope, receive, self.owners.keeping_session(scope, send))
             else:
                 detail = "the session names an owner replica that is not host:port, or no forwarding port of it"
                 response = JSONResponse(status_code=400, content={"detail": detail})
@@ -104,58 +108,33 @@ class SessionRouter:
             response = JSONResponse(status_code=400, content={"detail": "the session names an owner worker that is not a worker ID"})
             await response(scope, receive, send)
 
-    async def to_owner(self, owner: str, session: dict, scope: Scope, receive: Receive, send: Send) -> None:
-        """Forward to the owner. One too busy to take a connection gets a 503 with Retry-After; for a dead
-        one the lost-session policy decides, and may name another owner to forward to, and so on."""
+    async def forward(self, forwarder: Forwarder, peer: Any, session: dict, scope: Scope, receive: Receive, send: Send) -> None:
+        """The recovery loop over a route: forward to ``peer`` (a worker of this host over ``forwarder``, or of
+        another replica over ``replica_forwarder``). One that is busy (took no connection, or its host is silent
+        but not yet counted dead) gets a 503 with Retry-After; for one that is gone, or died with the request,
+        the lost-session policy decides: serve here, reply, or forward to the worker of this host it names,
+        and so on."""
         while True:
             decision: Decision
             try:
-                await self.forwarder.forward(owner, scope, receive, send)
+                await forwarder.forward(peer, scope, receive, send)
                 return
             except OwnerGone as gone:
                 receive = gone.replay or receive
-                decision = await self.lost.owner_gone(owner, session, id_of(scope))
+                decision = await self.lost.owner_gone(forwarder.transport.lost_owner(peer), session, id_of(scope))
             except OwnerDied:
-                decision = await self.lost.owner_died(owner, session, id_of(scope))
+                decision = await self.lost.owner_died(forwarder.transport.lost_owner(peer), session, id_of(scope))
             except OwnerBusy:
-                decision = Reply(busy_owner(owner, self.forwarder.busy_wait_seconds))
+                decision = Reply(retry_later(forwarder.transport.busy_detail(peer, forwarder.busy_wait_seconds)))
             match decision:
                 case ForwardTo(owner=owner):
+                    forwarder, peer = self.forwarder, owner
                     continue
                 case ServeHere():
                     await self.app(scope, receive, send)
                 case Reply(response=response):
                     await response(scope, receive, send)
             return
-
-    async def to_replica(self, owner: str, replica: str, address: str, session: dict, scope: Scope, receive: Receive, send: Send) -> None:
-        """Forward to worker ``owner`` of another replica, at its forwarding ``address``, with a credential for it. A replica
-        that does not answer gets a 503 with Retry-After, until the transport counts it dead; for a dead one
-        (or one that died with the request) the lost-session policy decides."""
-        transport: TcpTransport = self.replicas.transport
-        if any(name == AUTH_HEADER_KEY for name, _ in scope["headers"]):  # the caller's own: never passed on
-            scope["headers"] = [(name, value) for name, value in scope["headers"] if name != AUTH_HEADER_KEY]
-        def sign(scope: Scope, headers: list[tuple[bytes, bytes]], body: list[bytes]) -> tuple[bytes, bytes]:
-            return transport.credentials.header(scope["method"].encode(), request_target(scope), replica, owner, headers, body)
-
-        decision: Decision
-        try:
-            await self.replicas.forward(address, scope, receive, send, sign=sign, worker=owner)
-            return
-        except OwnerGone as gone:
-            receive = gone.replay or receive
-            decision = await self.lost.owner_gone(dead_replica_owner(owner, replica, address, transport), session, id_of(scope))
-        except OwnerDied:
-            decision = await self.lost.owner_died(dead_replica_owner(owner, replica, address, transport), session, id_of(scope))
-        except OwnerBusy:
-            decision = Reply(silent_replica(owner, replica, address, self.replicas.busy_wait_seconds, transport.dead_after_seconds))
-        match decision:
-            case ForwardTo(owner=owner):
-                await self.to_owner(owner, session, scope, receive, send)
-            case ServeHere():
-                await self.app(scope, receive, send)
-            case Reply(response=response):
-                await response(scope, receive, send)
 
     async def from_replica(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request another replica forwarded here (its credential checked, ``transport.tcp``): served here
@@ -172,7 +151,7 @@ class SessionRouter:
         elif worker == self.worker_id:
             await self.app(scope, receive, send)
         else:
-            await self.to_owner(worker, session, scope, receive, self.owners.keeping_session(scope, send))
+            await self.forward(self.forwarder, worker, session, scope, receive, self.owners.keeping_session(scope, send))
 
     async def start_session(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request that starts a session is served where the session should live (``placement``).
@@ -194,27 +173,6 @@ class SessionRouter:
         except (OwnerGone, OwnerDied, OwnerBusy):
             self.placement.taken_back(target)
             await self.app(scope, replaying(receive, first), send)
-
-
-def busy_owner(owner: str, waited_seconds: float) -> JSONResponse:
-    return retry_later(
-        f"Worker {owner}, which owns this session, is alive but took no connection for {waited_seconds:g} s; "
-        "the session is intact. Retry later."
-    )
-
-
-def dead_replica_owner(owner: str, replica: str, address: str, transport: TcpTransport) -> str:
-    """How a 410 names the owner of a replica counted dead, and why it counts so."""
-    silent = transport.silent_for(address)
-    why = f"its host has not answered at {address} for {silent:.0f} s" if silent else f"its host refused the connection at {address}: nothing listens there"
-    return f"{owner_label(owner, replica)} ({why})"
-
-
-def silent_replica(owner: str, replica: str, address: str, waited_seconds: float, dead_after_seconds: float) -> JSONResponse:
-    return retry_later(
-        f"Replica {replica}, whose worker {owner} owns this session, has not answered at {address} for {waited_seconds:g} s; the "
-        f"session is kept unless its host stays silent for {dead_after_seconds:g} s (peer_dead_after_seconds). Retry later."
-    )
 
 
 def labelled(send: Send, worker_id: bytes) -> Send:

@@ -15,7 +15,7 @@ from starlette.requests import cookie_parser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 
 # Starlette's default, which upstream keeps: 14 days.
 SESSION_MAX_AGE_SECONDS = 14 * 24 * 60 * 60

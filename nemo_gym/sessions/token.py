@@ -11,7 +11,7 @@ from typing import Any
 from itsdangerous import BadSignature, URLSafeSerializer
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 
 TOKEN_HEADER = "X-NeMo-Gym-Session-Token"
 TOKEN_HEADER_KEY = TOKEN_HEADER.lower().encode()  # as the header's name is in an ASGI scope

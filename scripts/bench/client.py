@@ -14,7 +14,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.client.reading import ReadingClient, cookie_header
 from nemo_gym.openai_utils import new_response
 from nemo_gym.client.owner_pool import OwnerPool
-from nemo_gym.routing.worker import WORKER_HEADER
+from nemo_gym.sessions.worker import WORKER_HEADER
 from scripts.bench.servers import owner_of
 
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60, sock_connect=10)

@@ -27,7 +27,7 @@ from typing import Any
 
 from nemo_gym import config as gym_config
 from nemo_gym.routing.replica import REPLICA_KEY
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import session_cookie_name
 from nemo_gym.sessions.secret import instance_key
 from scripts.bench.client import EpisodeClient, GymEpisodeClient, counter_episode

@@ -1,5 +1,5 @@
 """The limits on request heads and on slow clients, on real processes: the counter at 2 workers, with
-the default head limit and time limits of a second, probed by raw sockets (``nemo_gym/middleware/input_limits.py``).
+the default head limit and time limits of a second, probed by raw sockets (``nemo_gym/protocols/input_limits.py``).
 
 The counter has a ``session_secret``, so it is a replica of a replica set (of one), and its forwarding
 port is held to the same time limits (``nemo_gym/routing/transport/tcp.py``)."""
@@ -19,13 +19,13 @@ import pytest
 import requests
 
 from nemo_gym.client.reading import cookie_header
-from nemo_gym.middleware.input_limits import DEFAULT_MAX_HEADER_BYTES
+from nemo_gym.protocols.input_limits import DEFAULT_MAX_HEADER_BYTES
 from nemo_gym.process.launcher import Launcher
-from nemo_gym.routing.worker import WORKER_HEADER
+from nemo_gym.sessions.worker import WORKER_HEADER
 from nemo_gym.routing.replica import REPLICA_KEY, forward_address
 from nemo_gym.routing.transport.credentials import ReplicaCredentials
 from nemo_gym.routing.transport.unix import socket_address
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from nemo_gym.sessions.cookie import session_cookie_name
 from nemo_gym.sessions.secret import instance_key
 from tests.e2e.test_every_server_kind import rss_kb, serving_processes

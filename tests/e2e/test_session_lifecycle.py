@@ -27,7 +27,7 @@ from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.openai_utils import new_response
 from nemo_gym.process import discovery
 from nemo_gym.process.launcher import Launcher
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from nemo_gym.sessions.secret import instance_key
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.e2e.test_swe_rebench_durable import fix_of

@@ -19,7 +19,8 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
 from nemo_gym.base_resources_server import SimpleResourcesServer
 from nemo_gym.client.reading import cookie_header
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.routing.transport.connection import OwnerConnection
+from nemo_gym.sessions.worker import OWNER_KEY
 from tests.unit_tests.in_process_server import serving
 
 
@@ -176,9 +177,14 @@ async def new_session(caller: Caller, worker: Worker) -> dict[str, str]:
 @contextlib.contextmanager
 def unreachable(forwarding: Worker, owner: Worker) -> Iterator[None]:
     """The owner's socket takes none of ``forwarding``'s new connections (as when its backlog is full)."""
-    pool = forwarding.server.transport.pool_for(owner.server.worker_id)
-    address, pool.address = pool.address, "\0nemo_gym-test-nobody-listens-here"
+    transport = forwarding.server.transport
+    opened = transport.open_connection
+
+    async def nobody_there(address: str) -> OwnerConnection:
+        return await opened("test-nobody-listens-here" if address == owner.server.worker_id else address)
+
+    transport.open_connection = nobody_there
     try:
         yield
     finally:
-        pool.address = address
+        del transport.open_connection

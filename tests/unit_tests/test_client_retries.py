@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from nemo_gym.client import retries
 from nemo_gym.client.reading import ReadingClient
 from nemo_gym.config import Instance, config_of, free_port
-from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER
+from nemo_gym.sessions.worker import OWNER_KEY, WORKER_HEADER
 from nemo_gym.server_utils import ServerClient, request
 from nemo_gym.sessions.cookie import session_cookie_name
 from tests.session_cookies import signed_session

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from nemo_gym.config import free_port
 from nemo_gym.config_types import BaseRunServerInstanceConfig
-from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.protocols.input_limits import InputLimits
 from tests.e2e.test_input_limits import head_of
 from tests.unit_tests.in_process_server import serving_in_a_thread
 

@@ -8,7 +8,7 @@ from fastapi import FastAPI, Request
 from nemo_gym.client.owner_pool import cookie_owner
 from nemo_gym.client.reading import ReadingClient
 from nemo_gym.config import Instance, free_port
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from tests.unit_tests.in_process_server import serving
 from tests.session_cookies import signed_session
 

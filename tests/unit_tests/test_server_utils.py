@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from nemo_gym import config as gym_config
 from nemo_gym.env import ENTRYPOINT_ENV, WORKER_ENV
-from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER
+from nemo_gym.sessions.worker import OWNER_KEY, WORKER_HEADER
 from nemo_gym.server_utils import ServerClient, apply_rollout_prefix, get_response_json, is_nemo_gym_fastapi_entrypoint, raise_for_status, rollout_path_prefix
 from tests.unit_tests.in_process_server import serving
 from tests.session_cookies import signed_session

@@ -23,7 +23,7 @@ from starlette.requests import Request, cookie_parser
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.routing.owner import AmbiguousSession
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, read_token
 from tests.session_cookies import signed_session
 from tests.unit_tests.routing_workers import McpPathEchoServer, instances

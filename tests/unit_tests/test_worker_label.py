@@ -8,7 +8,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from nemo_gym.routing.worker import WORKER_HEADER
+from nemo_gym.sessions.worker import WORKER_HEADER
 from tests.unit_tests.routing_workers import Caller, EchoServer, Worker, two_workers
 
 pytestmark = pytest.mark.anyio

@@ -1,15 +1,16 @@
 """How a worker reaches its siblings: the ``Transport`` protocol and its implementations, chosen by name.
 
-- ``base``: the protocol (connect to an owner, whether it is alive or proves dead, forget it, serve
-  the siblings' forwarded requests and be alive meanwhile).
-- ``connection``: HTTP/1.1 connections to an owner, kept alive in a pool per owner (any transport's).
+- ``base``: the protocol, over peers (connect to a peer, whether it is alive or proves dead, forget it,
+  stamp its credential, name it in replies, serve the peers' forwarded requests and be alive meanwhile).
+- ``connection``: HTTP/1.1 connections to a peer, and the pool that keeps them alive (every transport's).
 - ``private_server``: the worker's app served again on a listener of the transport's.
 - ``unix``: today's transport, the workers of one host over private Unix sockets with abstract names.
 - ``tcp``: the replicas of a replica set, each on its host, over their forwarding ports; used beside
   ``unix`` (a replica's own workers still reach each other over it), built by the server, not by name.
 - ``credentials``: what a request to a forwarding port carries to prove it comes from a replica.
 
-A new transport is one module that implements ``Transport`` and one line in ``TRANSPORTS``.
+A new transport is one module that implements ``Transport`` (on ``connection.PooledTransport``) and one
+line in ``TRANSPORTS``.
 """
 
 from __future__ import annotations

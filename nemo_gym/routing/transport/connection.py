@@ -1,6 +1,7 @@
 """Connections to an owner's private listener: HTTP/1.1, kept alive, replies read by httptools.
 
-Any transport's: it opens the stream (``IdleConnections.open_connection``), this speaks HTTP over it.
+Any transport's: it opens the stream (its ``open_connection``), this speaks HTTP over it and keeps the
+connections alive (``PooledTransport``).
 
 A general HTTP client was most of a forward's CPU on the forwarding worker (about three quarters of
 the router's time in a profile), for features a forward never uses: URLs, cookies, redirects,
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import httptools
@@ -147,46 +148,49 @@ class OwnerConnection(asyncio.Protocol):
             self.transport.close()
 
 
-class IdleConnections:
-    """The idle keep-alive connections to one owner's ``address``; the one used last is used first.
+class PooledTransport:
+    """The connection half of every ``Transport``, written once: kept-alive connections to each peer, the one
+    used last used first. A transport says where it reaches a peer (``address``: the name its connections
+    are kept under) and opens a new connection there (``open_connection``, raising ``OSError`` if it takes
+    none); connecting, giving back, forgetting a dead peer and closing are the same for every transport."""
 
-    ``open_connection(address)`` makes a new one (the transport's own), or raises ``OSError``.
-    """
+    keep_alive_seconds = FORWARD_KEEP_ALIVE_SECONDS
 
-    def __init__(
-        self,
-        address: str,
-        open_connection: Callable[[str], Awaitable[OwnerConnection]],
-        keep_alive_seconds: float = FORWARD_KEEP_ALIVE_SECONDS,
-    ) -> None:
-        self.address = address
-        self.open_connection = open_connection
-        self.keep_alive_seconds = keep_alive_seconds
-        self.idle: list[OwnerConnection] = []
+    def __init__(self) -> None:
+        self.pools: dict[str, list[OwnerConnection]] = {}
 
-    async def connection(self) -> OwnerConnection:
-        """An idle connection, or a new one; ``OSError`` if the owner takes none."""
-        now = asyncio.get_running_loop().time()
-        while self.idle:
-            connection = self.idle.pop()
-            if connection.is_usable() and now - connection.idle_since < self.keep_alive_seconds:
-                connection.sent = connection.replied = False
-                return connection
-            connection.close()
-        return await self.connect()
+    def address(self, peer: Any) -> str:
+        raise NotImplementedError
 
-    async def connect(self) -> OwnerConnection:
-        """A new connection, never an idle one; ``OSError`` if the owner takes none."""
-        return await self.open_connection(self.address)
+    async def open_connection(self, address: str) -> OwnerConnection:
+        raise NotImplementedError
 
-    def give_back(self, connection: OwnerConnection) -> None:
+    async def connect(self, peer: Any, fresh: bool = False) -> OwnerConnection:
+        address = self.address(peer)
+        idle = self.pools.setdefault(address, [])
+        if not fresh:
+            now = asyncio.get_running_loop().time()
+            while idle:
+                connection = idle.pop()
+                if connection.is_usable() and now - connection.idle_since < self.keep_alive_seconds:
+                    connection.sent = connection.replied = False
+                    return connection
+                connection.close()
+        return await self.open_connection(address)
+
+    def give_back(self, peer: Any, connection: OwnerConnection) -> None:
         connection.idle_since = asyncio.get_running_loop().time()
-        self.idle.append(connection)
+        self.pools.setdefault(self.address(peer), []).append(connection)
 
-    def close(self) -> None:
-        for connection in self.idle:
+    def forget(self, peer: Any) -> None:
+        for connection in self.pools.pop(self.address(peer), ()):
             connection.close()
-        self.idle.clear()
+
+    async def close(self) -> None:
+        for idle in self.pools.values():
+            for connection in idle:
+                connection.close()
+        self.pools.clear()
 
 
 def request_head(scope: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> bytes:

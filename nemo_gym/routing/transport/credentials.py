@@ -30,7 +30,7 @@ import hashlib
 import hmac
 import time
 
-from nemo_gym.routing.worker import is_worker_id
+from nemo_gym.sessions.worker import is_worker_id
 from nemo_gym.sessions.token import TOKEN_HEADER_KEY
 
 AUTH_HEADER = "X-NeMo-Gym-Replica-Auth"

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.middleware.input_limits import InputLimits, LimitedHttpToolsProtocol
+from nemo_gym.protocols.input_limits import InputLimits, LimitedHttpToolsProtocol
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 
 # The forwarding worker's note of the caller's address; trusted only on arrival here.

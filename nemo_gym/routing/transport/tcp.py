@@ -33,11 +33,12 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.middleware.input_limits import InputLimits, LimitedHttpToolsProtocol
+from nemo_gym.protocols.input_limits import InputLimits, LimitedHttpToolsProtocol
 from nemo_gym.routing.exchange import replaying
-from nemo_gym.routing.replica import parse_replica
-from nemo_gym.routing.transport.connection import IdleConnections, OwnerConnection
-from nemo_gym.routing.transport.credentials import AUTH_HEADER, AUTH_HEADER_KEY, ReplicaCredentials, body_digest
+from nemo_gym.routing.replica import ReplicaPeer, owner_label, parse_replica
+from nemo_gym.routing.exchange import Stamp
+from nemo_gym.routing.transport.connection import OwnerConnection, PooledTransport
+from nemo_gym.routing.transport.credentials import AUTH_HEADER, AUTH_HEADER_KEY, ReplicaCredentials, body_digest, request_target
 from nemo_gym.routing.transport.private_server import PrivateServer
 
 # Set in the scope of a request the forwarding port accepted: the worker its credential sends it to, and
@@ -207,8 +208,11 @@ class BodyChecked:
         await self.app(scope, replaying(receive, *messages), send)
 
 
-class TcpTransport:
-    """The ``Transport`` of one replica's worker to the other replicas, named by forwarding address (``host:port``).
+class TcpTransport(PooledTransport):
+    """The ``Transport`` of one replica's worker to the other replicas. A peer is a ``ReplicaPeer``: a worker of
+    another replica, reached at that replica's forwarding address (``host:port``), under which its connections
+    are kept (shared by the replica's workers) and its liveness is known. Each request to a peer carries a
+    credential for it, which this transport stamps (``stamper``).
 
     ``replica`` is this replica's own (public) address, which credentials name; its forwarding port
     ``forward_port`` listens on ``bind_host``.
@@ -225,6 +229,7 @@ class TcpTransport:
         client_tls: ssl.SSLContext | None = None,
         server_tls: ssl.SSLContext | None = None,
     ) -> None:
+        super().__init__()
         self.credentials = credentials
         self.replica = replica
         self.doorkeeper = Doorkeeper(credentials, replica)
@@ -233,7 +238,6 @@ class TcpTransport:
         self.dead_after_seconds = dead_after_seconds
         self.client_tls = client_tls
         self.server_tls = server_tls
-        self.pools: dict[str, IdleConnections] = {}
         self.refused: set[str] = set()
         # Replica address -> when the first of its unbroken run of silent connects began.
         self.silent_since: dict[str, float] = {}
@@ -267,24 +271,14 @@ class TcpTransport:
         connection.on_timeout = lambda: self.silent_since.setdefault(address, loop.time() - USER_TIMEOUT_SECONDS)
         return connection
 
-    def pool_for(self, address: str) -> IdleConnections:
-        pool = self.pools.get(address)
-        if pool is None:
-            pool = self.pools[address] = IdleConnections(address, self.open_connection)
-        return pool
+    def address(self, peer: ReplicaPeer) -> str:
+        return peer.address
 
-    async def connect(self, owner: str, fresh: bool = False) -> OwnerConnection:
-        pool = self.pool_for(owner)
-        return await (pool.connect() if fresh else pool.connection())
-
-    def give_back(self, owner: str, connection: OwnerConnection) -> None:
-        self.pool_for(owner).give_back(connection)
-
-    def is_alive(self, worker_id: str) -> bool:
+    def is_alive(self, peer: ReplicaPeer) -> bool:
         """False once the replica refused its latest connection, or has been silent for ``dead_after_seconds``."""
-        if worker_id in self.refused:
+        if peer.address in self.refused:
             return False
-        since = self.silent_since.get(worker_id)
+        since = self.silent_since.get(peer.address)
         return since is None or asyncio.get_running_loop().time() - since < self.dead_after_seconds
 
     def silent_for(self, address: str) -> float:
@@ -292,10 +286,10 @@ class TcpTransport:
         since = self.silent_since.get(address)
         return 0.0 if since is None else asyncio.get_running_loop().time() - since
 
-    async def proves_dead(self, worker_id: str) -> bool:
+    async def proves_dead(self, peer: ReplicaPeer) -> bool:
         """A connection that broke before its reply proves the replica dead only if it now refuses connections."""
         try:
-            connection = await self.open_connection(worker_id)
+            connection = await self.open_connection(peer.address)
         except ConnectionRefusedError:
             return True
         except OSError:
@@ -303,10 +297,31 @@ class TcpTransport:
         connection.close()
         return False
 
-    def forget(self, owner: str) -> None:
-        pool = self.pools.pop(owner, None)
-        if pool is not None:
-            pool.close()
+    def stamper(self, peer: ReplicaPeer) -> Stamp:
+        """Stamps a request to ``peer`` with the credential for it (``credentials``), in place of any the caller sent."""
+
+        def stamp(scope: Scope, headers: list[tuple[bytes, bytes]], body: list[bytes]) -> None:
+            if any(name == AUTH_HEADER_KEY for name, _ in headers):  # the caller's own: never passed on
+                headers[:] = [(name, value) for name, value in headers if name != AUTH_HEADER_KEY]
+            method = scope["method"].encode()
+            headers.append(self.credentials.header(method, request_target(scope), peer.replica, peer.worker, headers, body))
+
+        return stamp
+
+    def worker_of(self, peer: ReplicaPeer) -> str:
+        return peer.worker
+
+    def lost_owner(self, peer: ReplicaPeer) -> str:
+        """The peer's worker and replica, and why the replica counts dead."""
+        silent = self.silent_for(peer.address)
+        why = f"its host has not answered at {peer.address} for {silent:.0f} s" if silent else f"its host refused the connection at {peer.address}: nothing listens there"
+        return f"{owner_label(peer.worker, peer.replica)} ({why})"
+
+    def busy_detail(self, peer: ReplicaPeer, waited_seconds: float) -> str:
+        return (
+            f"Replica {peer.replica}, whose worker {peer.worker} owns this session, has not answered at {peer.address} for {waited_seconds:g} s; the "
+            f"session is kept unless its host stays silent for {self.dead_after_seconds:g} s (peer_dead_after_seconds). Retry later."
+        )
 
     @contextlib.asynccontextmanager
     async def serving(self, worker_id: str, app: ASGIApp | None, limits: InputLimits) -> AsyncIterator[None]:
@@ -321,8 +336,3 @@ class TcpTransport:
             yield
         finally:
             await private.stop()
-
-    async def close(self) -> None:
-        for pool in self.pools.values():
-            pool.close()
-        self.pools.clear()

@@ -27,8 +27,8 @@ from collections.abc import AsyncIterator
 
 from starlette.types import ASGIApp
 
-from nemo_gym.middleware.input_limits import InputLimits, LimitedHttpToolsProtocol
-from nemo_gym.routing.transport.connection import OwnerConnection, IdleConnections
+from nemo_gym.protocols.input_limits import InputLimits, LimitedHttpToolsProtocol
+from nemo_gym.routing.transport.connection import OwnerConnection, PooledTransport
 from nemo_gym.routing.transport.private_server import PrivateServer
 
 ABSTRACT_PREFIX = "\0nemo_gym"
@@ -161,45 +161,46 @@ class SameUserOnly(LimitedHttpToolsProtocol):
             transport.abort()
 
 
-class UnixTransport:
-    """The ``Transport`` of the workers that share ``socket_dir`` on this host."""
+class UnixTransport(PooledTransport):
+    """The ``Transport`` of the workers that share ``socket_dir`` on this host; a peer is a sibling's worker ID."""
 
     def __init__(self, socket_dir: str) -> None:
+        super().__init__()
         self.socket_dir = socket_dir
-        self.pools: dict[str, IdleConnections] = {}
 
-    async def connect(self, owner: str, fresh: bool = False) -> OwnerConnection:
-        pool = self.pool_for(owner)
-        return await (pool.connect() if fresh else pool.connection())
+    def address(self, peer: str) -> str:
+        """A sibling's connections are kept under its worker ID (its socket's name follows from it)."""
+        return peer
 
-    def give_back(self, owner: str, connection: OwnerConnection) -> None:
-        self.pool_for(owner).give_back(connection)
+    async def open_connection(self, address: str) -> OwnerConnection:
+        return await open_connection(socket_address(self.socket_dir, address))
 
-    def pool_for(self, owner: str) -> IdleConnections:
-        pool = self.pools.get(owner)
-        if pool is None:
-            pool = self.pools[owner] = IdleConnections(socket_address(self.socket_dir, owner), open_connection)
-        return pool
+    def is_alive(self, peer: str) -> bool:
+        return is_alive(self.socket_dir, peer)
 
-    def is_alive(self, worker_id: str) -> bool:
-        return is_alive(self.socket_dir, worker_id)
-
-    async def proves_dead(self, worker_id: str) -> bool:
+    async def proves_dead(self, peer: str) -> bool:
         """Its life name is free now or within ``OWNER_DEATH_WAIT_SECONDS``."""
         deadline = asyncio.get_running_loop().time() + OWNER_DEATH_WAIT_SECONDS
         pause = FIRST_PAUSE_SECONDS
-        while self.is_alive(worker_id):
+        while self.is_alive(peer):
             if asyncio.get_running_loop().time() >= deadline:
                 return False
             await asyncio.sleep(pause)
             pause = min(2 * pause, LAST_PAUSE_SECONDS)
         return True
 
-    def forget(self, owner: str) -> None:
-        """Close a dead owner's pool (its names went with its process: nothing is left to remove)."""
-        pool = self.pools.pop(owner, None)
-        if pool is not None:
-            pool.close()
+    def stamper(self, peer: str) -> None:
+        """Siblings of one host need no credential: the kernel vouches for the user at either end."""
+        return None
+
+    def worker_of(self, peer: str) -> str:
+        return peer
+
+    def lost_owner(self, peer: str) -> str:
+        return peer
+
+    def busy_detail(self, peer: str, waited_seconds: float) -> str:
+        return f"Worker {peer}, which owns this session, is alive but took no connection for {waited_seconds:g} s; the session is intact. Retry later."
 
     @contextlib.asynccontextmanager
     async def serving(self, worker_id: str, app: ASGIApp | None, limits: InputLimits) -> AsyncIterator[None]:
@@ -214,8 +215,3 @@ class UnixTransport:
                 stack.push_async_callback(private.stop)
             life.hold()
             yield
-
-    async def close(self) -> None:
-        for pool in self.pools.values():
-            pool.close()
-        self.pools.clear()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from nemo_gym.routing.worker import new_worker_id
+from nemo_gym.sessions.worker import new_worker_id
 from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir, socket_address
 from nemo_gym.sessions.secret import state_dir
 from resources_servers.swe_rebench.app import DEFAULT_TASKS_DIR

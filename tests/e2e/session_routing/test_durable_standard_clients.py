@@ -21,7 +21,7 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.openai_utils import new_response
 from nemo_gym.process.launcher import Launcher
 from nemo_gym.routing.owner import OwnerReader
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from nemo_gym.sessions.token import token_serializer
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, THINK_SECONDS, Post, Reply
 from tests.e2e.session_routing.test_durable_sessions import COOKIE, COUNTER, KEY, counter_config, kill, rows

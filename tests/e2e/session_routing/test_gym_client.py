@@ -21,7 +21,7 @@ from nemo_gym.client.owner_pool import OwnerPool
 from nemo_gym.client.reading import DEFAULT_TIMEOUT, ReadingClient
 from nemo_gym.openai_utils import new_response
 from nemo_gym.process.launcher import Launcher
-from nemo_gym.routing.worker import WORKER_HEADER
+from nemo_gym.sessions.worker import WORKER_HEADER
 from tests.e2e.session_routing.test_durable_sessions import dead
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
 from tests.session_cookies import cookie_owner

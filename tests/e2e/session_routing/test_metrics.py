@@ -20,7 +20,7 @@ import pytest
 
 from nemo_gym.openai_utils import new_response
 from nemo_gym.process.launcher import Launcher
-from nemo_gym.routing.worker import WORKER_HEADER
+from nemo_gym.sessions.worker import WORKER_HEADER
 from tests.e2e.session_routing.test_durable_sessions import COOKIE, COUNTER, KEY, counter_config, kill, launch
 from tests.session_cookies import session_of
 from tests.unit_tests.metrics.scrape import samples, value

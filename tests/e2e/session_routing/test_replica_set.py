@@ -24,7 +24,7 @@ from nemo_gym.config import free_port
 from nemo_gym.process.launcher import children
 from nemo_gym.routing.replica import REPLICA_KEY, forward_address
 from nemo_gym.routing.transport.unix import life_sockets
-from nemo_gym.routing.worker import OWNER_KEY, WORKER_HEADER
+from nemo_gym.sessions.worker import OWNER_KEY, WORKER_HEADER
 from nemo_gym.server_utils import ServerClient
 from nemo_gym.sessions.cookie import session_cookie_name
 from nemo_gym.sessions.secret import instance_key

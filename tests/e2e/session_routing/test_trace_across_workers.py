@@ -12,7 +12,7 @@ from nemo_gym import config as gym_config
 from nemo_gym.config.paths import search_roots
 from nemo_gym.process import discovery
 from nemo_gym.process.launcher import Launcher
-from nemo_gym.routing.worker import WORKER_HEADER
+from nemo_gym.sessions.worker import WORKER_HEADER
 from nemo_gym.client.owner_pool import cookie_owner
 from nemo_gym.sessions.cookie import session_cookie_name
 

@@ -7,7 +7,7 @@ import tempfile
 from unittest import mock
 
 from nemo_gym.routing.router import SessionRouter
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from scripts.bench import in_process
 
 
@@ -30,7 +30,7 @@ async def play(routed: bool) -> tuple[object, list[dict | None]]:
 
 def test_the_routed_build_serves_every_request_here_and_its_sessions_name_this_worker():
     refuse = mock.AsyncMock(side_effect=AssertionError("forwarded"))
-    with mock.patch("nemo_gym.routing.forwarder.Forwarder.forward", refuse), mock.patch("nemo_gym.routing.forwarder.Forwarder.relay_when_reachable", refuse):
+    with mock.patch("nemo_gym.routing.forwarder.Forwarder.forward", refuse), mock.patch("nemo_gym.routing.forwarder.Forwarder.deliver", refuse):
         router, sessions = asyncio.run(play(routed=True))
     assert router is not None
     assert [session[OWNER_KEY] for session in sessions] == [router.worker_id] * 3

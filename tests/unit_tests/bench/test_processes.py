@@ -11,7 +11,7 @@ import pytest
 
 from nemo_gym import config as gym_config
 from nemo_gym.routing.transport.unix import LifeName
-from nemo_gym.routing.worker import new_worker_id
+from nemo_gym.sessions.worker import new_worker_id
 from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir
 from scripts.bench.proc import child_pids
 from scripts.bench.processes import Spawned, command_line, current_workers, is_resource_tracker

@@ -23,7 +23,8 @@ from nemo_gym.durable import sqlite_store
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.sqlite_store import SQLiteStore, store_path
 from nemo_gym.durable.states import SessionStates
-from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, SessionTaken, StoreError, StoreUnavailable
+from nemo_gym.durable.store import SessionTaken, StoreError, StoreUnavailable
+from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS
 from nemo_gym.process.launcher import LaunchError, Launcher
 from nemo_gym.process.run import check_store
 from resources_servers.example_session_state_mgmt.app import CounterServer

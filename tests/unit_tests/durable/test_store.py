@@ -16,7 +16,8 @@ import pytest
 
 from nemo_gym.durable import store as store_module
 from nemo_gym.durable.sqlite_store import SQLiteStore, store_path
-from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, SessionConflict, SessionStore, StoredSession, StoreError, StoreUnavailable, open_store
+from nemo_gym.durable.store import SessionConflict, SessionStore, StoredSession, StoreError, StoreUnavailable, open_store
+from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS
 from tests.full_filesystem import CAN_MOUNT, full, mounted_tmpfs
 from tests.postgres import Postgres, postgres_or_skip
 from tests.unit_tests.durable.filling import commit_until_refused

@@ -18,7 +18,7 @@ from nemo_gym.durable.tombstones import ended_detail, tombstone
 from nemo_gym.lifecycle.cap import LiveCount
 from nemo_gym.lifecycle.ending import SessionLifecycle
 from nemo_gym.routing.lost import Reply
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from tests.unit_tests.durable.test_adoption import no_hook
 from tests.unit_tests.replies import answered
 

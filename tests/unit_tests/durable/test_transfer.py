@@ -15,7 +15,7 @@ from nemo_gym.cli.main import main
 from nemo_gym.durable.sqlite_store import SQLiteStore, store_path
 from nemo_gym.durable.tombstones import tombstone
 from nemo_gym.durable.transfer import TransferError, digest, restore_sessions
-from nemo_gym.routing.worker import is_worker_id
+from nemo_gym.sessions.worker import is_worker_id
 
 INSTANCE = "counter"
 OWNER = "a" * 16

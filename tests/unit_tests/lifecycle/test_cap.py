@@ -9,7 +9,7 @@ import tempfile
 import pytest
 
 from nemo_gym.lifecycle.cap import Cap, LiveCount
-from nemo_gym.routing.worker import new_worker_id
+from nemo_gym.sessions.worker import new_worker_id
 
 
 @pytest.fixture

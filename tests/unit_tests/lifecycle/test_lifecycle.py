@@ -13,7 +13,7 @@ from fastapi import Request
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse
 from nemo_gym.lifecycle.registry import EndReason
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from tests.session_cookies import signed_session
 from tests.unit_tests.routing_workers import EchoServer, new_session, two_workers
 

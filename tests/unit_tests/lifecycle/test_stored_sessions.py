@@ -13,7 +13,8 @@ import pytest
 from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import SessionStates
-from nemo_gym.durable.store import SESSION_MAX_AGE_SECONDS, StoredSession
+from nemo_gym.durable.store import StoredSession
+from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS
 from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.lifecycle.cap import LiveCount
 from nemo_gym.lifecycle.ending import SessionLifecycle

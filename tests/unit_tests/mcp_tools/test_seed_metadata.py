@@ -6,7 +6,7 @@ import pytest
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
-from nemo_gym.routing.worker import OWNER_KEY, is_worker_id
+from nemo_gym.sessions.worker import OWNER_KEY, is_worker_id
 from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir
 from nemo_gym.sessions.token import TOKEN_HEADER, read_token
 from resources_servers.example_session_state_mgmt.app import CounterServer

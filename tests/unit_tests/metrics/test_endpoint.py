@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from nemo_gym import SESSION_ID_KEY
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from tests.session_cookies import signed_session
 from tests.unit_tests.metrics.scrape import value
 from tests.unit_tests.routing_workers import Caller, Worker, new_session

@@ -27,7 +27,7 @@ from fastapi import BackgroundTasks, FastAPI, Request
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client.reading import cookie_header
 from nemo_gym.routing.transport.unix import LifeName, is_alive, socket_address
-from nemo_gym.routing.worker import OWNER_KEY, new_worker_id
+from nemo_gym.sessions.worker import OWNER_KEY, new_worker_id
 from resources_servers.example_session_state_mgmt import standard_clients
 from tests.session_cookies import session_of, signed_session
 from tests.unit_tests.routing_workers import EchoServer, Worker, new_session, two_workers, unreachable

@@ -11,7 +11,7 @@ import pytest
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client.reading import cookie_header
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from nemo_gym.sessions.token import TOKEN_HEADER, mint_token, token_serializer
 from tests.session_cookies import session_of, signed_session
 from tests.unit_tests.routing_workers import Caller, McpPathEchoServer, Worker, new_session, two_workers, unreachable

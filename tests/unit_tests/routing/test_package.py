@@ -35,16 +35,6 @@ def test_routing_never_imports_durable_sessions():
     assert offending == set()
 
 
-def test_retry_after_seconds_is_defined_once():
-    defined = [
-        path.relative_to(NEMO_GYM)
-        for path in NEMO_GYM.rglob("*.py")
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Assign) and any(isinstance(target, ast.Name) and target.id == "RETRY_AFTER_SECONDS" for target in node.targets)
-    ]
-    assert defined == [Path("routing/lost.py")]
-
-
 @pytest.mark.parametrize("package", [ROUTING, ROUTING / "transport"], ids=lambda package: package.name)
 def test_each_routing_packages_docstring_names_each_of_its_modules(package):
     docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text()))

@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 
 from nemo_gym.routing.placement import COUNT, MAX_COUNT, Placement, SessionCount, count_path, count_value
 from nemo_gym.routing.transport.unix import LifeName, UnixTransport
-from nemo_gym.routing.worker import new_worker_id
+from nemo_gym.sessions.worker import new_worker_id
 from tests.session_cookies import cookie_owner
 from tests.unit_tests.routing_workers import Worker, two_workers
 

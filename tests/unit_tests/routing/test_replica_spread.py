@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 from nemo_gym.client.reading import ReadingClient
 from nemo_gym.process.head import build_app, fetch_instances
 from nemo_gym.routing.replica import REPLICA_KEY
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from nemo_gym.server_utils import ServerClient
 from tests.unit_tests.in_process_server import serving
 from tests.unit_tests.routing.test_replicas import Replica, replica_set, session

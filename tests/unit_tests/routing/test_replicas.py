@@ -32,13 +32,13 @@ from mcp.shared.exceptions import MCPError
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client.owner_pool import OwnerPool
 from nemo_gym.client.reading import cookie_header
-from nemo_gym.routing.worker import WORKER_HEADER
+from nemo_gym.sessions.worker import WORKER_HEADER
 from nemo_gym.config import free_port
 from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY
 from nemo_gym.routing.transport.base import Transport
 from nemo_gym.routing.transport.credentials import AUTH_HEADER, WINDOW_SECONDS, ReplicaCredentials
 from nemo_gym.routing.transport.tcp import USER_TIMEOUT_SECONDS, claim_forward_port
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from nemo_gym.sessions.token import TOKEN_HEADER, mint_token
 from tests.e2e.test_input_limits import read_reply
 from tests.session_cookies import session_of, signed_session

@@ -18,7 +18,7 @@ from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.lost import Decision, ForwardTo, Reply, ServeHere
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.transport.unix import socket_address
-from nemo_gym.routing.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY
 from tests.session_cookies import cookie_owner, session_of, signed_session
 from tests.unit_tests.routing_workers import Caller, Worker, new_session, set_cookies
 
@@ -154,7 +154,7 @@ async def test_nothing_in_the_routing_grows_with_sessions_served(pair):
         cookies = await new_session(caller, a)
         assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2
     assert list(b.server.transport.pools) == [a.server.worker_id]
-    assert len(b.server.transport.pools[a.server.worker_id].idle) == 1  # one request at a time: one connection
+    assert len(b.server.transport.pools[a.server.worker_id]) == 1  # one request at a time: one connection
     assert a.server.transport.pools == {}
 
 

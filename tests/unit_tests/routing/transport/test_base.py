@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nemo_gym.routing.transport import DEFAULT_TRANSPORT, TRANSPORTS, Transport, transport_class
+from nemo_gym.routing.transport.connection import PooledTransport
+from nemo_gym.routing.transport.tcp import TcpTransport
 from nemo_gym.routing.transport.unix import UnixTransport
 from tests.unit_tests.protocols import assert_implements
 
@@ -27,3 +29,14 @@ def test_every_named_transport_implements_the_protocol(name, tmp_path):
 def test_an_unknown_transport_name_is_refused():
     with pytest.raises(KeyError):
         transport_class("carrier-pigeon")
+
+
+def test_the_tcp_transport_implements_every_method_of_the_protocol():
+    assert_implements(TcpTransport, Transport)
+
+
+@pytest.mark.parametrize("transport", [UnixTransport, TcpTransport], ids=lambda transport: transport.__name__)
+def test_every_transport_keeps_its_connections_in_the_one_shared_pool(transport):
+    """Connecting, giving back, forgetting and closing are written once (``connection.PooledTransport``)."""
+    assert issubclass(transport, PooledTransport)
+    assert all(name not in vars(transport) for name in ("connect", "give_back", "forget", "close"))

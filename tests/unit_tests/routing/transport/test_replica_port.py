@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nemo_gym.config import free_port
-from nemo_gym.middleware.input_limits import InputLimits
+from nemo_gym.protocols.input_limits import InputLimits
 from nemo_gym.routing.exchange import Exchange
 from nemo_gym.routing.transport.connection import OwnerConnection
 from nemo_gym.routing.transport.credentials import ReplicaCredentials
@@ -86,10 +86,10 @@ async def forwarded(port: int, headers: list[tuple[bytes, bytes]], pieces: list[
 
 
 def signer(headers_for=lambda headers: headers, body_for=lambda body: body):
-    """The replica's signer, made for the headers and body these give instead of those sent."""
+    """The replica's stamp (``Exchange``'s), made for the headers and body these give instead of those sent."""
 
     def sign(scope, headers, body):
-        return CREDENTIALS.header(b"POST", b"/a%20b?q=1", REPLICA, WORKER, headers_for(headers), body_for(body))
+        headers.append(CREDENTIALS.header(b"POST", b"/a%20b?q=1", REPLICA, WORKER, headers_for(headers), body_for(body)))
 
     return sign
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pytest
 
 from nemo_gym.routing.transport.unix import LifeName, is_alive, live_workers, socket_address
-from nemo_gym.routing.worker import new_worker_id
+from nemo_gym.sessions.worker import new_worker_id
 from tests.unit_tests.routing_workers import new_session
 
 NOBODY = 65534

@@ -1,7 +1,8 @@
 """Worker identity: each worker of a multi-worker server has a random ID, which its sessions name as their owner.
 
+Shared by whoever reads a session's owner: the router, the durable store, the lifecycle, the client.
 Only values of a worker ID's exact form are ever routed to, so a forged owner can name no other place
-(a transport derives its names and addresses from the ID, ``transport``).
+(a transport derives its names and addresses from the ID, ``nemo_gym.routing.transport``).
 """
 
 from __future__ import annotations
