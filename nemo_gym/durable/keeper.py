@@ -75,12 +75,14 @@ class DurableSessions:
         sessions are then as the store holds them)."""
         waits = set()
         for session_id in session_ids:
-            state = self.row(session_id)
+            # What the row should hold now: its tombstone, or its state (exported once) with the requests it remembers.
+            exported = None if session_id in self.ending else self.states.export(session_id)
+            state = self.ending.get(session_id) if exported is None else wrap(exported, self.applied.get(session_id, []))
             pending = self.pending.get(session_id)
-            if applied is not None and session_id not in self.ending and state is not None:
+            if applied is not None and exported is not None:
                 if state != (pending[0] if pending is not None else self.written.get(session_id)):
                     self.applied[session_id] = [*self.applied.get(session_id, ()), applied][-WINDOW:]
-                    state = self.row(session_id)
+                    state = wrap(exported, self.applied[session_id])
             if pending is not None and pending[0] == state:
                 waits.add(pending[1])
             elif pending is not None or state != self.written.get(session_id) or self.stale(session_id, state):
@@ -89,13 +91,6 @@ class DurableSessions:
             taken = await asyncio.shield(group)
             if taken & set(session_ids):
                 raise SessionTaken(f"a session of {sorted(session_ids)} belongs to another worker in the store {self.store.location}")
-
-    def row(self, session_id: str) -> str | None:
-        """What the session's row should hold now: its tombstone, or its state with the requests it remembers."""
-        if session_id in self.ending:
-            return self.ending[session_id]
-        state = self.states.export(session_id)
-        return None if state is None else wrap(state, self.applied.get(session_id, []))
 
     def stored_states(self) -> list[str]:
         """The state of every live row of the store, as the servers' ``export`` wrote it (without the requests
