@@ -7,6 +7,13 @@ row is left out and says why), alternates runs of the same episodes (seed, +1, +
 each, prints medians, the ratios to in memory and the server CPU per request (the workers', and for
 PostgreSQL its server processes' too), then the store's size after 100,000 ended sessions written as the
 counter writes them (three writes, then the verify's delete).
+
+With ``--baseline PATH`` (another checkout of this project, e.g. ``git worktree add /tmp/base <commit>``),
+the three instances run from both trees, each server with its own tree's code, in the same rounds (one
+PostgreSQL, an instance's rows apart from another's), and each store's row of this tree is also given
+over the baseline's: throughput and server CPU per request.
+
+    python -m scripts.bench_durable --baseline /tmp/base --runs 5
 """
 
 from __future__ import annotations
@@ -19,19 +26,18 @@ import time
 import uuid
 from pathlib import Path
 
-from nemo_gym import config as gym_config
 from nemo_gym.durable.sqlite_store import SQLiteStore
-from nemo_gym.process.launcher import Launcher
 from scripts.bench.client import counter_episode
-from scripts.bench.driving import alternate, drive
+from scripts.bench.driving import Run, alternate, drive
 from scripts.bench.figures import median
 from scripts.bench.proc import descendants
-from scripts.bench.servers import resource_server
+from scripts.bench.servers import COUNTER, CURRENT, Servers, Tree, resource_server, write_config
 from tests.postgres import Postgres, PostgresUnavailable
 
-COUNTER = "example_session_state_mgmt"
 # seed, +1, +2, verify
 REQUESTS_PER_EPISODE = 4
+IN_MEMORY = "in_memory"
+STORES = ("durable_sqlite", "durable_postgresql")
 
 
 def server_pids(pid: int) -> list[int]:
@@ -44,36 +50,69 @@ def counter(durable: bool, workers: int, **settings) -> dict:
     return resource_server(COUNTER, num_workers=workers, durable_sessions=durable, **settings)
 
 
-def throughput(args: argparse.Namespace, state_dir: str) -> None:
-    config = {"in_memory": counter(False, args.workers), "durable_sqlite": counter(True, args.workers)}
+def label(tree: Tree, trees: list[Tree], row: str) -> str:
+    return row if len(trees) == 1 else f"{row} ({tree.label})"
+
+
+def throughput(args: argparse.Namespace, log_dir: Path) -> dict[str, list[Run]]:
+    """Each row's runs, by ``label``: in memory and each store, for each tree."""
     with contextlib.ExitStack() as stack:
         try:
             database = stack.enter_context(Postgres())
-            config["durable_postgresql"] = counter(True, args.workers, session_store=database.dsn())
         except PostgresUnavailable as error:
             print(f"no PostgreSQL row: {error}")
             database = None
-        instances = gym_config.parse(config)
-        launcher = stack.enter_context(Launcher(instances, gym_config.free_port(), {"NEMO_GYM_STATE_DIR": state_dir}))
-        label = {name: f"{args.workers} workers, routed, {name.replace('_', ' ')}" for name in instances}
-        targets = {label[name]: instance.url for name, instance in instances.items()}
+        rows = {IN_MEMORY: counter(False, args.workers), "durable_sqlite": counter(True, args.workers)}
+        if database is not None:
+            rows["durable_postgresql"] = counter(True, args.workers, session_store=database.dsn())
+        named = {f"{tree.label}_{row}": (tree, row) for tree in args.trees for row in rows}
+        instances, config_path = write_config(log_dir, "durable", {name: rows[row] for name, (_, row) in named.items()})
+        servers = stack.enter_context(Servers(log_dir))
+        for name, instance in instances.items():
+            servers.start(instance, config_path, named[name][0])
+        servers.wait_ready()
+        targets = {label(tree, args.trees, row): instances[name].url for name, (tree, row) in named.items()}
         for url in targets.values():  # every worker's connections made (PostgreSQL's backends started) before its processes are listed
             asyncio.run(drive(counter_episode, url, args.concurrency, args.concurrency))
-        pids = {label[name]: server_pids(launcher.processes[name].pid) for name in instances}
-        if database is not None:
-            pids[label["durable_postgresql"]] += server_pids(database.process.pid)
-        runs = asyncio.run(alternate(targets, counter_episode, args, args.episodes, args.concurrency, server_pids=pids))
+        pids = {label(tree, args.trees, row): server_pids(servers.pid(name)) for name, (tree, row) in named.items()}
+        for tree in args.trees:
+            if database is not None:
+                pids[label(tree, args.trees, "durable_postgresql")] += server_pids(database.process.pid)
+        return asyncio.run(alternate(targets, counter_episode, args, args.episodes, args.concurrency, server_pids=pids))
+
+
+def cpu_ms(runs: list[Run]) -> float:
+    """The server's CPU per request answered, over all of a row's runs."""
+    return sum(run.server_cpu_s for run in runs) / sum(len(run.latencies) for run in runs) * 1000
+
+
+def report(runs: dict[str, list[Run]], trees: list[Tree]) -> None:
     per_second = {name: median([run.per_second for run in each]) for name, each in runs.items()}
-    memory = per_second[label["in_memory"]]
-    for name, each in runs.items():
-        good = sum(run.good for run in each)
-        total = sum(run.total for run in each)
-        p50 = median([run.p50_ms for run in each])
-        cpu_ms = sum(run.server_cpu_s for run in each) / (total * REQUESTS_PER_EPISODE) * 1000
-        print(
-            f"{name:40} {good}/{total} reward 1.0  {per_second[name]:7.0f} episodes/s ({per_second[name] / memory:.2f}x in memory)"
-            f"  p50 {p50:.1f} ms  server CPU {cpu_ms:.2f} ms per request"
-        )
+    for tree in trees:
+        memory = per_second[label(tree, trees, IN_MEMORY)]
+        for row in (IN_MEMORY, *STORES):
+            name = label(tree, trees, row)
+            if name not in runs:
+                continue
+            each = runs[name]
+            good, total = sum(run.good for run in each), sum(run.total for run in each)
+            p50 = median([run.p50_ms for run in each])
+            print(
+                f"{name:30} {good}/{total} reward 1.0  {per_second[name]:7.0f} episodes/s ({per_second[name] / memory:.2f}x in memory)"
+                f"  p50 {p50:.1f} ms  server CPU {cpu_ms(each):.2f} ms per request"
+                f"  runs {', '.join(f'{run.per_second:.0f}' for run in each)}"
+            )
+    if len(trees) > 1:
+        current, baseline = trees[0], trees[1]
+        print(f"\n{current.label} ({current.root}) over {baseline.label} ({baseline.root}):")
+        for row in (IN_MEMORY, *STORES):
+            new, old = label(current, trees, row), label(baseline, trees, row)
+            if new not in runs:
+                continue
+            print(
+                f"{row:30} throughput {per_second[new] / per_second[old]:.2f}x"
+                f"  server CPU {cpu_ms(runs[new]):.2f} vs {cpu_ms(runs[old]):.2f} ms per request ({cpu_ms(runs[new]) - cpu_ms(runs[old]):+.2f})"
+            )
 
 
 def store_size(sessions: int, state_dir: str) -> None:
@@ -99,11 +138,18 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=200)
-    parser.add_argument("--sessions", type=int, default=100_000, help="ended sessions for the store-size figure")
+    parser.add_argument("--sessions", type=int, default=100_000, help="ended sessions for the store-size figure (0: none)")
+    parser.add_argument("--baseline", type=Path, help="another checkout of this project, whose servers run side by side with this one's")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="nemo_gym_bench_durable_") as state_dir:
-        throughput(args, state_dir)
-        store_size(args.sessions, state_dir)
+    args.trees = [CURRENT]
+    if args.baseline is not None:
+        if not (args.baseline / "nemo_gym").is_dir():
+            parser.error(f"--baseline {args.baseline}: not a checkout of this project (no nemo_gym/ in it)")
+        args.trees.append(Tree("baseline", args.baseline.resolve()))
+    with tempfile.TemporaryDirectory(prefix="nemo_gym_bench_durable_") as log_dir:
+        report(throughput(args, Path(log_dir)), args.trees)
+        if args.sessions > 0:
+            store_size(args.sessions, log_dir)
 
 
 if __name__ == "__main__":

@@ -18,12 +18,15 @@ that says so.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from dataclasses import dataclass
 
 STATE_KEY = "nemo_gym.state"
 APPLIED_KEY = "nemo_gym.applied"
 PREFIX = json.dumps({STATE_KEY: ""})[:-3]
+# Between the state's JSON and the remembered requests' in a row, as ``json.dumps`` writes the object.
+APPLIED_INFIX = f", {json.dumps(APPLIED_KEY)}: ["
 # How many of a session's latest applied requests its row remembers: a retry comes within a few requests.
 WINDOW = 16
 KEPT_BODY_BYTES = 16 * 1024
@@ -44,6 +47,12 @@ class Applied:
     def to_json(self) -> list:
         return [self.request_id, self.status, [list(header) for header in self.headers], None if self.body is None else base64.b64encode(self.body).decode()]
 
+    @functools.cached_property
+    def encoded(self) -> str:
+        """Its JSON text in a row, made once: a row is written again with every change of its session, and
+        holds each request through the next ``WINDOW`` of them."""
+        return json.dumps(self.to_json())
+
     @classmethod
     def from_json(cls, data: list) -> Applied:
         request_id, status, headers, body = data
@@ -58,7 +67,8 @@ def wrap(state: str, applied: list[Applied]) -> str:
     """The row text of ``state`` with ``applied`` remembered (the state as it is when none is)."""
     if not applied:
         return state
-    return json.dumps({STATE_KEY: state, APPLIED_KEY: [item.to_json() for item in applied]})
+    # As json.dumps({STATE_KEY: state, APPLIED_KEY: [...]}) writes it, with each request's text made once.
+    return f"{PREFIX}{json.dumps(state)}{APPLIED_INFIX}{', '.join(item.encoded for item in applied)}]}}"
 
 
 def remembered(row: str, request_id: str) -> Applied | None:

@@ -78,12 +78,13 @@ class DurableSessions:
         sessions are then as the store holds them)."""
         waits = set()
         for session_id in session_ids:
-            state = self.row(session_id)
+            content = self.content(session_id)  # exported once per save
+            state = None if content is None else wrap(content, self.applied.get(session_id, []))
             pending = self.pending.get(session_id)
-            if applied is not None and state is not None:
+            if applied is not None and content is not None:
                 if state != (pending[0] if pending is not None else self.written.get(session_id)):
                     self.applied[session_id] = [*self.applied.get(session_id, ()), applied][-WINDOW:]
-                    state = self.row(session_id)
+                    state = wrap(content, self.applied[session_id])
             if pending is not None and pending[0] == state:
                 waits.add(pending[1])
             elif pending is not None or state != self.written.get(session_id) or self.stale(session_id, state):
@@ -93,12 +94,14 @@ class DurableSessions:
             if taken & set(session_ids):
                 raise SessionTaken(f"a session of {sorted(session_ids)} belongs to another worker in the store {self.store.location}")
 
+    def content(self, session_id: str) -> str | None:
+        """What the session's row should hold now but the requests it remembers: its tombstone, or its state."""
+        return self.ending.get(session_id) or self.states.export(session_id)
+
     def row(self, session_id: str) -> str | None:
-        """What the session's row should hold now: its tombstone, or its state with the requests it remembers."""
-        if session_id in self.ending:
-            return wrap(self.ending[session_id], self.applied.get(session_id, []))
-        state = self.states.export(session_id)
-        return None if state is None else wrap(state, self.applied.get(session_id, []))
+        """What the session's row should hold now: its tombstone or its state, with the requests it remembers."""
+        content = self.content(session_id)
+        return None if content is None else wrap(content, self.applied.get(session_id, []))
 
     def stored_states(self) -> list[str]:
         """The state of every live row of the store, as the servers' ``export`` wrote it (without the requests

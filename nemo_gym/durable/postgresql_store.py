@@ -85,8 +85,10 @@ CREATE TABLE IF NOT EXISTS {LEASES_TABLE} (
 """
 # The lease condition of ``commit``: the worker's lease, of the incarnation it renewed last, unexpired now.
 FENCE = f"(%(fence)s::bigint IS NULL OR EXISTS (SELECT 1 FROM {LEASES_TABLE} WHERE worker = %(owner)s AND incarnation = %(fence)s AND expires_at > clock_timestamp()))"
+# The ids and states go in binary (``%b``): in text, psycopg quotes every element of an array with a regular
+# expression that calls back into Python for each double quote, and a row holding applied requests has dozens.
 COMMIT = f"""
-WITH input AS (SELECT * FROM unnest(%(ids)s::text[], %(states)s::text[]) AS i(session_id, state)),
+WITH input AS (SELECT * FROM unnest(%(ids)b::text[], %(states)b::text[]) AS i(session_id, state)),
 present AS (
     SELECT s.session_id FROM {SESSIONS_TABLE} s JOIN input i USING (session_id) WHERE s.instance = %(instance)s AND i.state IS NULL
 ),

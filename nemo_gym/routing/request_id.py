@@ -8,12 +8,15 @@ the requests that changed a session with its state (``nemo_gym.durable.applied``
 
 from __future__ import annotations
 
+import re
 import secrets
 
 ID_HEADER_NAME = "Idempotency-Key"
 ID_HEADER = ID_HEADER_NAME.lower().encode()
 # A request id: printable ASCII without spaces, at most this long (the draft's keys are UUIDs or the like).
 MAX_ID_LENGTH = 255
+# One match in C on every request that carries an id, where a loop over its bytes cost microseconds.
+VALID_ID = re.compile(rb"[\x21-\x7e]{1,%d}" % MAX_ID_LENGTH)
 # Methods that change nothing: their requests get no id.
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -32,7 +35,7 @@ def id_of(scope: dict) -> str | None:
 
 
 def valid_id(value: bytes) -> bool:
-    return 0 < len(value) <= MAX_ID_LENGTH and all(0x21 <= byte <= 0x7E for byte in value)
+    return VALID_ID.fullmatch(value) is not None
 
 
 def new_id_header() -> tuple[bytes, bytes]:

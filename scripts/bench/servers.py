@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from itsdangerous import BadSignature
+
 from nemo_gym import config as gym_config
 from nemo_gym.config import REPO_ROOT
 from nemo_gym.env import CONFIG_PATH_ENV, INSTANCE_ENV, SOCKET_DIR_ENV, STATE_DIR_ENV
@@ -138,5 +140,9 @@ def session_owner(cookies: dict[str, str]) -> str | None:
 
 
 def owner_of(cookies: dict[str, str], instance: str) -> str | None:
-    """The owner worker named in an instance's session cookie (the benchmark knows the secret)."""
-    return cookie_owner(cookies, instance, SECRET)
+    """The owner worker named in an instance's session cookie (the benchmark knows the secret); None for a
+    cookie signed otherwise (a baseline from before cookies were signed with the instance's key)."""
+    try:
+        return cookie_owner(cookies, instance, SECRET)
+    except BadSignature:
+        return None

@@ -150,6 +150,20 @@ async def test_a_commit_leaves_a_session_another_worker_owns_as_it_was_and_names
     assert (await store.read("mine")).state == "2"
 
 
+# Rows as a server's JSON and the requests remembered with it make them: quotes, backslashes, braces, commas,
+# NULL spelled out, text beyond ASCII; the PostgreSQL store sends them as binary arrays.
+AWKWARD_STATES = ['{"a": "b\\"c"}', "\\", '"', "{}", "{,}", "NULL", "", " x ", "ünï\u2028cødé", '[["id", 200, [], "e30="]]']
+
+
+@pytest.mark.anyio
+async def test_a_group_of_rows_of_any_text_reads_back_as_written_beside_a_delete(store):
+    await store.commit(ME, {"gone": "1"})
+    states = {f"s{index}": state for index, state in enumerate(AWKWARD_STATES)}
+    assert await store.commit(ME, {**states, "gone": None}) == set()
+    assert {session_id: (await store.read(session_id)).state for session_id in states} == states
+    assert await store.read("gone") is None
+
+
 @pytest.mark.anyio
 async def test_a_commit_of_no_state_deletes_the_row(store):
     await store.commit(ME, {"s": "1", "t": "1"})
