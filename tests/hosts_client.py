@@ -11,8 +11,8 @@
   ``ready``, waits for a line on stdin, then adds 1 to each session every ``think`` seconds for
   ``seconds``. A 503 is waited out (its Retry-After, at most ``think``) and the step tried again; a
   410 or any other status ends the session. Then each session not ended reads its count (and, with
-  ``verify``, verifies with that count expected, 503s retried as above, until ``seconds`` more have
-  passed). Per session: its start, the Cookie header it sent last, each request's ``[path, status,
+  ``verify``, verifies with that count expected), each with 503s retried as above until ``seconds`` more
+  have passed. Per session: its start, the Cookie header it sent last, each request's ``[path, status,
   Retry-After, detail]``, the monotonic time each reply came (``times``) and how long it took (``took``), the count read back and
   the verify's reward (``reward``, None without ``verify``). With ``"hold": true`` the counts are read
   only once a second line comes on stdin. With ``"report_seeded": true`` the line
@@ -197,7 +197,11 @@ async def sessions(
                     else:
                         return record
                 await read.wait()
+                began = time.monotonic()
                 reply = await post("/get_counter_value", {})
+                while reply.status == 503 and time.monotonic() - began < seconds:  # waited out, as a client is told to
+                    await asyncio.sleep(min(float(reply.retry_after or think), think))
+                    reply = await post("/get_counter_value", {})
                 record["count"] = reply.body.get("count") if reply.status == 200 else f"{reply.status}: {reply.body}"
                 began = time.monotonic()
                 while verify and reply.status == 200 and time.monotonic() - began < seconds:
