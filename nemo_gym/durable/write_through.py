@@ -72,13 +72,12 @@ class WriteThrough:
         request = None if written_id is None else written_id.decode()
         token_session = token_session_id(scope, self.tokens) if is_mcp_path(scope["path"]) else None
         # Each session the request names is taken up first if this worker does not hold it (the token's too: a tool call runs with it).
-        taken_up = [] if NEW_SESSION_SCOPE_KEY in scope else [session]
-        if token_session not in (None, session_id):
-            taken_up.append({SESSION_ID_KEY: token_session})
-        for each in taken_up:
-            if (instead := await self.adopter.take_up(each, request)) is not None:
-                await instead(scope, receive, send)
-                return
+        instead = None if NEW_SESSION_SCOPE_KEY in scope else await self.adopter.take_up(session, request)
+        if instead is None and token_session not in (None, session_id):
+            instead = await self.adopter.take_up({SESSION_ID_KEY: token_session}, request)
+        if instead is not None:
+            await instead(scope, receive, send)
+            return
         if request is None:
             await self.app(scope, receive, self.writing(scope, receive, send, session, session_id, token_session, epoch, None))
             return
