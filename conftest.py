@@ -9,7 +9,13 @@ import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import hypothesis
 import pytest
+
+# Property-based tests have no time limit per example: a deadline asserts wall-clock time, which a loaded machine
+# cannot give (an example that took 0.2 ms once took 355 ms beside the suite's servers).
+hypothesis.settings.register_profile("suite", deadline=None)
+hypothesis.settings.load_profile("suite")
 
 # Signing secrets made by the tests go to a directory of this run's own, removed when it ends.
 OWN_STATE_DIR = None

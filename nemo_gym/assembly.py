@@ -12,7 +12,8 @@ outside in:
 - routed (several workers of a server that keeps sessions), ``SessionRouter``: served here, or forwarded
   to the session's owner, on this host or another replica's;
 - ``ServedHere`` (counted as served by this worker), ``CancelOnDisconnect``;
-- the FastAPI app, whose own middleware is, outermost first: the session layer (``SessionCookie``,
+- the FastAPI app, whose own middleware is, outermost first: with owner leases ``ToHolder`` (a token's session
+  another worker holds now is sent on to it), the session layer (``SessionCookie``,
   ``SessionIdMiddleware``), with durable sessions ``CheckpointGate`` and ``WriteThrough``, with
   sessions ``Lifecycle``, ``ServerErrorsAsJson``, then whatever the server added itself.
 """
@@ -27,7 +28,8 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp
 
 from nemo_gym.durable.adoption import Adopter
-from nemo_gym.durable.checkpoint import CheckpointAdmin, CheckpointGate, Gate
+from nemo_gym.durable.checkpoint import CheckpointGate, Gate
+from nemo_gym.durable.checkpoint_admin import CheckpointAdmin
 from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.lease import RENEWALS_PER_LEASE, LeaseTerms, liveness_domain
 from nemo_gym.durable.store import open_store
@@ -42,6 +44,7 @@ from nemo_gym.metrics.meters import METERS
 from nemo_gym.middleware.body_limit import BodyLimit
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.middleware.errors import ServerErrorsAsJson
+from nemo_gym.process import public_server
 from nemo_gym.protocols.input_limits import InputLimits
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.lost import LostWithOwner
@@ -49,8 +52,10 @@ from nemo_gym.routing.owner import OwnerReader
 from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.replica import advertised_host, replica_address, replica_keys
 from nemo_gym.routing.router import SessionRouter
+from nemo_gym.routing.to_holder import ToHolder
 from nemo_gym.routing.transport import Transport, transport_class
 from nemo_gym.routing.transport.credentials import WINDOW_SECONDS, ReplicaCredentials
+from nemo_gym.routing.transport.hand_off import HandOffReceiver, HandOffs
 from nemo_gym.routing.transport.tcp import TcpTransport, tls_contexts
 from nemo_gym.sessions.worker import new_worker_id
 from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS, SessionCookie, SessionIdMiddleware
@@ -95,7 +100,10 @@ class Assembly:
         self.lifecycle: SessionLifecycle | None = None
         self.gate: Gate | None = None
         self.forwarder: Forwarder | None = None
+        self.to_replicas: Forwarder | None = None
         self.router: SessionRouter | None = None
+        # On one host, a request for a sibling's session hands it its connection (``hand_off``, ``transport.hand_off``).
+        self.hand_offs = HandOffs(self.socket_dir) if self.routed and config.hand_off else None
         self.running = contextlib.AsyncExitStack()
 
     def stack(self, app: FastAPI) -> ASGIApp:
@@ -118,13 +126,17 @@ class Assembly:
             self.adopter = Adopter(self.durable, self.lifecycle, self.transport.is_alive, self.replica_keys)
             # Durable sessions can be checkpointed (``gym sessions checkpoint``): the host's workers share a gate.
             self.gate = Gate(self.socket_dir)
+        if self.routed:
+            self.forwarders()
+        # With leases, a token's session held by another worker now is sent on to it (``to_holder``), outside the session layer.
+        holder = [Middleware(ToHolder, forwarder=self.forwarder, replica_forwarder=self.to_replicas, replica=self.replica)] if self.durable and self.durable.lease else []
         inner = [
             *([Middleware(CheckpointGate, gate=self.gate), Middleware(WriteThrough, adopter=self.adopter, tokens=server.tokens)] if self.durable else []),
             *([Middleware(Lifecycle, lifecycle=self.lifecycle, tokens=server.tokens, routes=app.router.routes, free_paths=server.session_free_paths, end_paths=server.session_end_paths)] if self.lifecycle else []),
             Middleware(ServerErrorsAsJson),
         ]
         sessions = [layer for layer in app.user_middleware if layer.cls in SESSION_LAYER]
-        app.user_middleware = [*sessions, *inner, *(layer for layer in app.user_middleware if layer.cls not in SESSION_LAYER)]
+        app.user_middleware = [*holder, *sessions, *inner, *(layer for layer in app.user_middleware if layer.cls not in SESSION_LAYER)]
         exposition = Exposition(METERS, server.metric_collectors())
         outer = [Middleware(MetricsEndpoint, exposition=exposition, worker_id=self.worker_id), Middleware(BodyLimit, max_body_bytes=config.max_body_bytes)]
         if self.routed:
@@ -135,19 +147,22 @@ class Assembly:
             served = cls(served, *args, **kwargs)
         return served
 
-    def router_layers(self, outer: list[Middleware]) -> None:
-        """The layers of a routed worker: the checkpoint's endpoints (durable sessions), then the session router."""
-        server, config = self.server, self.server.config
+    def forwarders(self) -> None:
+        """A routed worker's forwarders: to this host's workers, and in a replica set to the other replicas'."""
         lease = None if self.durable is None else self.durable.lease
         # Where owners hold leases (a store shared across hosts), a forward waiting on a frozen owner is given up once its lease expired.
         expiry = {} if lease is None else {"owner_expired": self.durable.owner_expired, "expiry_check_seconds": lease.seconds / RENEWALS_PER_LEASE}
         self.forwarder = Forwarder(self.transport, **expiry)
-        to_replicas = None if self.replicas is None else Forwarder(self.replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS, hop="replica", **expiry)
+        self.to_replicas = None if self.replicas is None else Forwarder(self.replicas, busy_wait_seconds=REPLICA_RETRY_SECONDS, hop="replica", **expiry)
+
+    def router_layers(self, outer: list[Middleware]) -> None:
+        """The layers of a routed worker: the checkpoint's endpoints (durable sessions), then the session router."""
+        server, config = self.server, self.server.config
         lost = LostWithOwner() if self.adopter is None else self.adopter
         owners = OwnerReader(server.session_options, server.tokens)
         if self.gate is not None:
             outer.append(Middleware(CheckpointAdmin, gate=self.gate, instance=server.name, secret=server.secret, store_location=config.session_store))
-        router = [self.worker_id, owners, self.forwarder, self.placement, lost, server.session_start_paths, self.replica, to_replicas]
+        router = [self.worker_id, owners, self.forwarder, self.placement, lost, server.session_start_paths, self.replica, self.to_replicas, self.hand_offs]
         outer.append(Middleware(self.routed_by, *router))
 
     def routed_by(self, app: ASGIApp, *parts: Any) -> SessionRouter:
@@ -180,6 +195,14 @@ class Assembly:
             # Before the life name, which the launcher counts as ready: a ready worker takes the other replicas' forwards.
             await running.enter_async_context(self.replicas.serving(self.worker_id, self.router.from_replica, InputLimits.of(config)))
             running.push_async_callback(self.replicas.close)
+        if self.hand_offs is not None:
+            running.callback(self.hand_offs.close)
+        if self.hand_offs is not None and (public := public_server.current()) is not None:
+            # Taking the siblings' connections from before the life name is held; uvicorn's own server (one worker,
+            # a test's) gives no way to serve them, and siblings then forward.
+            receiver = HandOffReceiver(self.socket_dir, self.worker_id, public)
+            receiver.start()
+            running.push_async_callback(receiver.stop)
         # Other workers reach this one's sessions only once its own start-up is done.
         siblings_app = app if self.worker_id is not None else None
         await running.enter_async_context(self.transport.serving(self.worker_id or new_worker_id(), siblings_app, InputLimits.of(config)))
@@ -194,6 +217,19 @@ class Assembly:
     async def shutdown(self) -> None:
         """In the reverse order of ``startup``."""
         await self.running.aclose()
+
+
+class Part:
+    """A server's attribute that reads its worker's part of the same name (None before ``build_app`` made the assembly)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, server: Any, owner: type | None = None) -> Any:
+        if server is None:
+            return self
+        assembly = server._assembly
+        return None if assembly is None else getattr(assembly, self.name)
 
 
 def replica_transport(server: Any, port: int) -> TcpTransport:

@@ -108,6 +108,10 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     # not where its first request lands; costs a hop on the later requests of a client that keeps its
     # connection to the worker it first reached (docs/routing.md "Balanced placement").
     place_sessions: bool = False
+    # Off switch for hand-off (on by default): a request for another worker's session, on a plain connection
+    # of the public port with nothing of it under way here, hands the connection itself to that worker of this
+    # host, which replies straight to the client (docs/routing.md "Hand-off"); off, such requests are forwarded.
+    hand_off: bool = True
     # Off switch for durable sessions (on for routed servers whose class declares ``session_states``).
     durable_sessions: bool = True
     # Session lifecycle (docs/lifecycle.md): a session with no request for this long ends (its state,

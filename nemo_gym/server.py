@@ -6,7 +6,6 @@ import contextlib
 import functools
 import gc
 import os
-import secrets
 import sys
 import warnings
 from collections.abc import AsyncIterator, Collection
@@ -14,7 +13,6 @@ from typing import Any, ClassVar
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
-from itsdangerous import URLSafeSerializer
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from starlette.types import ASGIApp
@@ -22,35 +20,29 @@ from starlette.types import ASGIApp
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym import config as gym_config
 from nemo_gym.config.paths import server_directory
-from nemo_gym.assembly import SESSION_LAYER, Assembly
+from nemo_gym.assembly import SESSION_LAYER, Assembly, Part
 from nemo_gym.config_types import BaseRunServerInstanceConfig
-from nemo_gym.durable.keeper import DurableSessions
 from nemo_gym.durable.states import DurableState
 from nemo_gym.env import INSTANCE_ENV, SERVER_PROCESS_MODULE, WORKER_ENV
 from nemo_gym.global_config import get_first_server_config_dict, get_global_config_dict
 from nemo_gym.lifecycle.cap import Cap
-from nemo_gym.lifecycle.ending import SessionLifecycle
 from nemo_gym.lifecycle.registry import EndReason
 from nemo_gym.metrics.meters import METERS
 from nemo_gym.middleware.errors import server_error
 from nemo_gym.middleware.strict_json import StrictJSONRoute
 from nemo_gym.ray_cluster.need import code_imports_ray
-from nemo_gym.routing.forwarder import Forwarder
-from nemo_gym.routing.placement import Placement
-from nemo_gym.routing.transport import Transport
-from nemo_gym.routing.transport.tcp import TcpTransport
 from nemo_gym.server_utils import ServerClient, initialize_ray
-from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY, SessionCookie, SessionIdMiddleware, session_cookie_name
-from nemo_gym.sessions.secret import instance_key, session_secret
-from nemo_gym.sessions.token import token_serializer
+from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY, SessionCookie, SessionIdMiddleware
+from nemo_gym.sessions.signing import SessionSigning
 
 
 # pydantic's UnsupportedFieldAttributeWarning about the alias FastAPI gives every body parameter.
 FIELD_INFO_WARNING = r"The '\w+' attribute with value .* was provided to the `Field\(\)` function"
 
 
-class SimpleServer(BaseModel):
-    """One Gym server, a pydantic model built as ``Cls(config=..., server_client=...)``.
+class SimpleServer(SessionSigning, BaseModel):
+    """One Gym server, a pydantic model built as ``Cls(config=..., server_client=...)``; what signs its sessions is
+    ``sessions.signing``'s.
 
     Its config class is the annotation of ``config``; state lives in pydantic fields
     (``Field(default_factory=dict)``), private attributes set in ``model_post_init``, or plain
@@ -135,48 +127,20 @@ class SimpleServer(BaseModel):
     def name(self) -> str:
         return self.config.name
 
-    @property
-    def worker_id(self) -> str | None:
-        """This worker's ID, stamped into the sessions it creates; None when nothing is routed (or before ``build_app``)."""
-        return None if self._assembly is None else self._assembly.worker_id
-
-    @property
-    def replica(self) -> str | None:
-        """This replica's address (``host:port`` of its forwarding port), in a replica set; else None."""
-        return None if self._assembly is None else self._assembly.replica
-
-    @property
-    def replica_keys(self) -> dict[str, str | int] | None:
-        """What this replica's sessions and tokens carry besides their owner worker (``routing.replica``)."""
-        return None if self._assembly is None else self._assembly.replica_keys
-
-    @property
-    def replicas(self) -> TcpTransport | None:
-        """The transport to the other replicas, in a replica set."""
-        return None if self._assembly is None else self._assembly.replicas
-
-    @property
-    def transport(self) -> Transport | None:
-        """How this worker reaches its siblings and is alive to them; None for one worker (or no socket directory)."""
-        return None if self._assembly is None else self._assembly.transport
-
-    @property
-    def forwarder(self) -> Forwarder | None:
-        return None if self._assembly is None else self._assembly.forwarder
-
-    @property
-    def placement(self) -> Placement | None:
-        return None if self._assembly is None else self._assembly.placement
-
-    @property
-    def durable(self) -> DurableSessions | None:
-        """This worker's durable sessions (its side of the store), once the app is built; None when they are off."""
-        return None if self._assembly is None else self._assembly.durable
-
-    @property
-    def lifecycle(self) -> SessionLifecycle | None:
-        """The sessions' lifecycle (ends, idleness, caps), on servers that keep sessions, once the app is built."""
-        return None if self._assembly is None else self._assembly.lifecycle
+    # This worker's parts (``nemo_gym.assembly``), once ``build_app`` made them; None before (and when off): its ID,
+    # stamped into the sessions it creates (None when nothing is routed); in a replica set, its replica's address
+    # (``host:port``), the keys its sessions and tokens carry besides their owner (``routing.replica``) and the
+    # transport to the other replicas; the transport to its siblings (None for one worker), the forwarder, the
+    # placement of new sessions; its durable sessions (its side of the store) and the sessions' lifecycle.
+    worker_id: ClassVar[Part] = Part()
+    replica: ClassVar[Part] = Part()
+    replica_keys: ClassVar[Part] = Part()
+    replicas: ClassVar[Part] = Part()
+    transport: ClassVar[Part] = Part()
+    forwarder: ClassVar[Part] = Part()
+    placement: ClassVar[Part] = Part()
+    durable: ClassVar[Part] = Part()
+    lifecycle: ClassVar[Part] = Part()
 
     async def on_session_end(self, session_id: str, reason: EndReason) -> None:
         """Called once when a session ends, however it ends (``reason``: "verify", "close", "idle", "expired",
@@ -204,28 +168,6 @@ class SimpleServer(BaseModel):
             return {"session_id": session_id, "status": "closed"}
         detail = lifecycle.registry.ended(session_id) or "it is not live: it ended earlier, or never started"
         return {"session_id": session_id, "status": "already closed", "detail": detail}
-
-    @functools.cached_property
-    def secret(self) -> str:
-        if not self.name and self.config.session_secret is None:
-            # No instance to share a secret with (upstream's tests build servers named ""): this object's own.
-            return secrets.token_urlsafe(32)
-        return session_secret(self.name, self.config.session_secret)
-
-    @functools.cached_property
-    def signing_key(self) -> str:
-        """What signs this instance's session cookies and MCP tokens: derived from the secret and the instance's
-        name (``instance_key``), so an instance whose secret has the same value signs apart."""
-        return instance_key(self.secret, self.name)
-
-    @functools.cached_property
-    def tokens(self) -> URLSafeSerializer:
-        """The MCP session tokens' serializer (``sessions.token``), under this instance's signing key."""
-        return token_serializer(self.signing_key)
-
-    @property
-    def session_cookie(self) -> str:
-        return session_cookie_name(self.name)
 
     @functools.cached_property
     def instances(self) -> dict[str, gym_config.Instance]:
@@ -259,11 +201,6 @@ class SimpleServer(BaseModel):
             return
         app.add_middleware(SessionIdMiddleware, owner=self.worker_id, replica=self.replica_keys, start_paths=self.session_start_paths)
         app.add_middleware(SessionCookie, **self.session_options)
-
-    @property
-    def session_options(self) -> dict[str, Any]:
-        """The session layer's settings: the app's, and the router's reading of the same cookie."""
-        return {"secret_key": self.signing_key, "session_cookie": self.session_cookie}
 
     def session_states(self) -> DurableState | None:
         """The per-session state this server keeps durable (``nemo_gym.durable``); None: memory only."""

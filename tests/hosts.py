@@ -68,12 +68,17 @@ CLIENT_MODULE = "tests.hosts_client"
 GYM_LOG_TAIL_LINES = 40
 BALANCER_CONFIG = """global
     maxconn 4000
+    # A line per request in the balancer's log (``balancer_cut``).
+    log stdout format raw local0
 defaults
     mode http
+    log global
+    option httplog
     timeout connect 2s
-    # Longer than the tests' 10 s freeze of a host; a request no server answers in time gets 504.
-    timeout client 30s
-    timeout server 30s
+    # A bound, not an expectation: longer than the tests' 10-20 s freezes, and than a whole swe_rebench episode (one
+    # relay /run) on a loaded 2-core machine, which ran over 30 s; a request no server answers in time gets 504.
+    timeout client 120s
+    timeout server 120s
     # A new connection to a server for every request: no connection of one request serves another.
     http-reuse never
     option http-server-close
@@ -112,6 +117,22 @@ def is_running(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def holders(sockets: set[int]) -> set[int]:
+    """The processes (of any namespace) with one of these socket inodes open."""
+    names = {f"socket:[{inode}]" for inode in sockets}
+    return {int(pid) for pid in filter(str.isdigit, os.listdir("/proc") if names else []) if open_files(pid) & names}
+
+
+def open_files(pid: str) -> set[str]:
+    """What each open file descriptor of the process links to (those closed meanwhile left out)."""
+    found = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return found
 
 
 def descendants(pid: int) -> set[int]:
@@ -187,15 +208,26 @@ class Host:
         return Path(f"/proc/{self.holder.pid}/root") / path.lstrip("/")
 
     def processes(self) -> set[int]:
-        """Every running process of this host but its holder: those in its network namespace, and every
-        descendant of a process ``run`` started that has not ended (an ended one's PID may be another's now)."""
+        """Every running process of this host but its holder: those in its network namespace, every process that
+        holds one of its sockets (from anywhere), and every descendant of a process ``run`` started that has not
+        ended (an ended one's PID may be another's now)."""
         inode = os.stat(f"/run/netns/{self.netns}").st_ino
         found = {int(pid) for pid in os.listdir("/proc") if pid.isdigit() and netns_inode(pid) == inode}
+        found |= holders(self.sockets())
         for process in self.started:
             if process.poll() is None:
                 found |= {process.pid} | descendants(process.pid)
         found.discard(self.holder.pid)
         return {pid for pid in found if is_running(pid)}
+
+    def sockets(self) -> set[int]:
+        """The inodes of the TCP sockets (IPv4 and IPv6) open in this host's network namespace."""
+        found = {int(line.split()[9]) for table in ("tcp", "tcp6") for line in self.tcp_table(table)}
+        found.discard(0)  # a connection in TIME-WAIT, which no process holds
+        return found
+
+    def tcp_table(self, table: str) -> list[str]:
+        return Path(f"/proc/{self.holder.pid}/net/{table}").read_text().splitlines()[1:]
 
     def signal_all(self, signum: int) -> None:
         for pid in self.processes():
@@ -203,15 +235,18 @@ class Host:
                 os.kill(pid, signum)
 
     def kill(self) -> None:
-        """SIGKILL every process of the host, again until none is left (a process may fork meanwhile)."""
+        """SIGKILL every process of the host, again until none is left (a process may fork meanwhile) and nothing
+        listens on the host: a dying process's sockets close after it has left the namespace (the kernel lets go of
+        its files last), and a connection accepted meanwhile would be cut, where a dead host's is refused."""
         deadline = time.monotonic() + KILL_SECONDS
-        while self.processes():
+        while self.processes() or self.listening():
             if time.monotonic() > deadline:
-                raise RuntimeError(f"host {self.name}: processes {sorted(self.processes())} outlived SIGKILL")
+                raise RuntimeError(f"host {self.name}: processes {sorted(self.processes())} or sockets {self.listening()} outlived SIGKILL")
             self.signal_all(signal.SIGKILL)
             for process in self.started:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=0.1)
+            time.sleep(0.01)
 
     def unplug(self) -> None:
         """Take the host's port on the bridge down: no packet reaches it or leaves it, nothing answers for it
@@ -228,7 +263,7 @@ class Host:
         """The TCP addresses (IPv4 and IPv6) something listens on in this host's network namespace."""
         found = set()
         for table in ("tcp", "tcp6"):
-            for line in Path(f"/proc/{self.holder.pid}/net/{table}").read_text().splitlines()[1:]:
+            for line in self.tcp_table(table):
                 local, _, state = line.split()[1:4]
                 if state == TCP_LISTEN:
                     address, port = local.split(":")
@@ -375,6 +410,13 @@ def wait_in_rotation(host: Host, name: str, number: int, timeout: float) -> None
         time.sleep(0.2)
 
 
+def balancer_cut(host: Host, name: str = "haproxy") -> list[str]:
+    """The requests the balancer ``name`` on ``host`` answered itself or cut short, from its log: each line whose
+    termination state is not ``----`` (its own 502, 503 or 504 among them, with the server it had chosen)."""
+    log = host.path(f"/tmp/{name}.log")
+    return [line for line in log.read_text(errors="replace").splitlines() if re.search(r'\] \S+ \S+ \S+ \S+ \d+ \S+ \S+ (?!----)\S{4} ', line)]
+
+
 def start_haproxy(host: Host, port: int, config: str, name: str = "haproxy") -> subprocess.Popen:
     """HAProxy with ``config`` on ``host`` (its config and log /tmp/NAME.cfg and .log there), once it listens on
     ``host:port``. ``nsenter`` execs it, so the process returned is HAProxy's own."""
@@ -425,8 +467,10 @@ class Remote:
         self.bad_gateways: list[dict] = []
         self.process = host.python("-m", CLIENT_MODULE, "post", "{}", stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    def send(self, url: str, path: str, body: dict, cookies: dict[str, str], key: str | None = None, client: str = "requests") -> None:
-        self.process.stdin.write(json.dumps({"url": url, "path": path, "body": body, "cookies": cookies, "key": key, "client": client}) + "\n")
+    def send(self, url: str, path: str, body: dict, cookies: dict[str, str], key: str | None = None, client: str = "requests", token: str | None = None) -> None:
+        """``client`` ``mcp``: the path is a tool called over MCP with ``token`` alone (``cookies`` unused)."""
+        call = {"url": url, "path": path, "body": body, "cookies": cookies, "key": key, "client": client, "token": token}
+        self.process.stdin.write(json.dumps(call) + "\n")
         self.process.stdin.flush()
 
     def receive(self) -> dict:
@@ -442,13 +486,13 @@ class Remote:
         self.send(*args, **options)
         return self.receive()
 
-    def retried(self, seconds: float, url: str, path: str, body: dict, cookies: dict[str, str], key: str | None = None, client: str = "requests") -> dict:
+    def retried(self, seconds: float, url: str, path: str, body: dict, cookies: dict[str, str], key: str | None = None, client: str = "requests", token: str | None = None) -> dict:
         """``post``, sent again (with the cookies the 503 set) after each 503's Retry-After, as a client is told to, for
         ``seconds``; a request with an id also after a 502 (whether it reached a server is unknown: its id makes the
         retry safe), a second later, each kept in ``bad_gateways``."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            reply = self.post(url, path, body, cookies, key, client)
+            reply = self.post(url, path, body, cookies, key, client, token)
             if reply["status"] == 503 and reply["retry_after"]:
                 cookies = reply["cookies"]
                 time.sleep(float(reply["retry_after"]))

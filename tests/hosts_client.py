@@ -11,10 +11,10 @@
   ``ready``, waits for a line on stdin, then adds 1 to each session every ``think`` seconds for
   ``seconds``. A 503 is waited out (its Retry-After, at most ``think``) and the step tried again; a
   410 or any other status ends the session. Then each session not ended reads its count (and, with
-  ``verify``, verifies with that count expected), each with 503s retried as above until ``seconds`` more
-  have passed. Per session: its start, the Cookie header it sent last, each request's ``[path, status,
+  ``verify``, verifies with that count expected), each with 503s retried as above. Per session: its start, the Cookie header it sent last, each request's ``[path, status,
   Retry-After, detail]``, the monotonic time each reply came (``times``) and how long it took (``took``), the count read back and
-  the verify's reward (``reward``, None without ``verify``). With ``"hold": true`` the counts are read
+  the verify's reward (``reward``, None without ``verify``; its status and detail if it got none). The read and the verify are
+  sent again while answered 503 for ``seconds`` or ``PATIENCE_SECONDS``, whichever is longer. With ``"hold": true`` the counts are read
   only once a second line comes on stdin. With ``"report_seeded": true`` the line
   after ``ready`` is the JSON list of each session's Cookie header once seeded and added to.
 - ``swe_sessions``: ``{"url", "sessions", "seconds", "think", "row", "path", "content"}``: swe_rebench sessions of
@@ -27,7 +27,8 @@
 - ``health``: ``{"urls", "seconds", "interval", "timeout"}``: ``GET /`` of each URL every ``interval`` for
   ``seconds``, each given ``timeout``; per URL, each GET's ``[seconds taken, status or the error]``.
 - ``post``: per line on stdin, a request ``{"url", "path", "body", "cookies", "key", "client"}`` (``client``
-  ``requests`` or ``httpx``, a new connection; ``key`` its Idempotency-Key, or None for none): one line per
+  ``requests`` or ``httpx``, a new connection; ``key`` its Idempotency-Key, or None for none; or ``mcp``, the
+  path a tool called with the official ``mcp`` client and the session ``token`` alone): one line per
   reply, ``{"status", "body", "cookies" (those sent, updated with those set), "replayed", "retry_after", "worker"}``.
 - ``get``: ``{"urls", "requests"}``: to each URL in turn, that many GETs one after the other, each on a new
   connection; their bodies, a list per URL.
@@ -61,9 +62,6 @@ from typing import Any
 import aiohttp
 import httpx
 import requests
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from nemo_gym.client.reading import ServerReply, cookie_header
 from nemo_gym.durable.replies import REPLAYED_HEADER
@@ -72,11 +70,11 @@ from nemo_gym.sessions.worker import WORKER_HEADER
 from nemo_gym.sessions.token import TOKEN_HEADER
 from nemo_gym.openai_utils import new_response
 from nemo_gym.client.rollouts import read_rows, run_episodes as run_relay_episodes
-from resources_servers.example_session_state_mgmt.mcp_sequences import run_sequences
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, Reply, aiohttp_reply, run_episodes
 from responses_api_agents.memory_agent.conversations import run_conversations
 
 START = 1000
+PATIENCE_SECONDS = 60
 
 
 def verify_body() -> dict[str, Any]:
@@ -111,6 +109,12 @@ async def tool_call(url: str, headers: dict[str, str], tool: str, arguments: dic
     """One tool call with the official ``mcp`` client, a client session of its own: 200 and the tool's JSON; for a tool
     error, the status its route answered (``nemo_gym.mcp_tools.endpoint``) and what it said; else the HTTP status of
     the failed POST (500 if none failed) and what the client raised."""
+    # Imported by the modes that speak MCP only: ``mcp`` is most of the client's start-up (1.7 s of 2.7 s of CPU),
+    # which every run of the client on a host paid.
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
     seen: list[httpx.Response] = []
 
     async def keep(response) -> None:
@@ -172,6 +176,8 @@ async def sessions(
     hold: bool = False,
     clients: tuple[str, ...] = ("aiohttp_cookies",),
 ) -> list[dict[str, Any]]:
+    # How long a read or a verify answered 503 is sent again: a bound (a loaded machine's store may refuse for a while), never an expectation.
+    patience = max(seconds, PATIENCE_SECONDS)
     async with contextlib.AsyncExitStack() as opened:
         openers = [await opened.enter_async_context(SESSION_CLIENTS[name](url, True)) for name in clients]
         go, read = asyncio.Event(), asyncio.Event()
@@ -181,6 +187,14 @@ async def sessions(
                 record: dict[str, Any] = {"start": start, "steps": [], "times": [], "took": [], "count": None, "cookie": None, "reward": None}
 
                 step = recorded(post, record)
+
+                async def sent_last(posted):
+                    """The reply; the Cookie header it was sent with kept as the one sent last (a loaded machine may
+                    fit one step after ``go``, whose reply's cookie only the read sends)."""
+                    reply = await posted
+                    record["cookie"] = reply.sent_cookie or record["cookie"]
+                    return reply
+
                 first = (await step("/seed_session", {"initial_count": start})).status == 200 and (await step("/increment_counter", {"count": 1})).status == 200
                 seeded[start - START] = record["cookie"]
                 ready.set()
@@ -198,16 +212,16 @@ async def sessions(
                         return record
                 await read.wait()
                 began = time.monotonic()
-                reply = await post("/get_counter_value", {})
-                while reply.status == 503 and time.monotonic() - began < seconds:  # waited out, as a client is told to
+                reply = await sent_last(post("/get_counter_value", {}))
+                while reply.status == 503 and time.monotonic() - began < patience:  # waited out, as a client is told to
                     await asyncio.sleep(min(float(reply.retry_after or think), think))
-                    reply = await post("/get_counter_value", {})
+                    reply = await sent_last(post("/get_counter_value", {}))
                 record["count"] = reply.body.get("count") if reply.status == 200 else f"{reply.status}: {reply.body}"
                 began = time.monotonic()
-                while verify and reply.status == 200 and time.monotonic() - began < seconds:
-                    verified = await post("/verify", {**verify_body(), "expected_count": record["count"]})
+                while verify and reply.status == 200 and time.monotonic() - began < patience:
+                    verified = await sent_last(post("/verify", {**verify_body(), "expected_count": record["count"]}))
+                    record["reward"] = verified.body.get("reward") if verified.status == 200 else f"{verified.status}: {verified.body}"
                     if verified.status != 503:
-                        record["reward"] = verified.body.get("reward") if verified.status == 200 else f"{verified.status}: {verified.body}"
                         break
                     await asyncio.sleep(min(float(verified.retry_after or think), think))
                 return record
@@ -323,6 +337,11 @@ def post_lines() -> None:
         call = json.loads(line)
         headers = {"Connection": "close"} | ({ID_HEADER_NAME: call["key"]} if call.get("key") else {})
         target = call["url"] + call["path"]
+        if call["client"] == "mcp":
+            tool = asyncio.run(tool_call(call["url"], {TOKEN_HEADER: call["token"]}, call["path"].lstrip("/"), call["body"]))
+            answer = {"status": tool.status, "body": tool.body, "cookies": call["cookies"], "replayed": None, "retry_after": tool.retry_after, "worker": None}
+            print(json.dumps(answer), flush=True)
+            continue
         if call["client"] == "requests":
             reply: Any = requests.post(target, json=call["body"], cookies=call["cookies"], headers=headers, timeout=REQUEST_TIMEOUT_SECONDS)
             given = reply.cookies.get_dict()
@@ -410,6 +429,8 @@ def main() -> None:
         post_lines()
         return
     elif mode == "mcp":
+        from resources_servers.example_session_state_mgmt.mcp_sequences import run_sequences  # as ``tool_call``'s imports
+
         result = asyncio.run(through_balancer(args["url"], lambda client: run_sequences(client, "counter", args["sequences"])))
     elif mode == "conversations":
         count = args["conversations"]

@@ -8,9 +8,8 @@ from pathlib import Path
 
 from nemo_gym import config as gym_config
 from nemo_gym.cli.upstream_keys import gives_config_paths
-from nemo_gym.datasets.collation import MODES, collate as collate_datasets
-from nemo_gym.prompt import materialize_prompts
 from nemo_gym.config.paths import search_roots
+from nemo_gym.datasets import MODES
 
 HUB_COMMANDS = {
     "upload": "uploads a dataset to the Hugging Face hub or GitLab",
@@ -22,12 +21,18 @@ HUB_COMMANDS = {
 
 def render(args: argparse.Namespace) -> int:
     """Write the input rows with the prompt template filled into each ``responses_create_params.input``."""
+    # Here, not at the top: what the datasets' code imports (the servers' types) is for these commands only, not for
+    # every ``gym`` command, which builds this one's parser.
+    from nemo_gym.prompt import materialize_prompts
+
     materialize_prompts(args.input, args.prompt_config, args.output)
     print(f"rendered {args.input} with {args.prompt_config}: {args.output}")
     return 0
 
 
 def collate(args: argparse.Namespace) -> int:
+    from nemo_gym.datasets.collation import collate as collate_datasets  # as ``render``'s import
+
     if not args.config and not gives_config_paths(args.overrides):
         raise ValueError("give --config FILE")
     roots = search_roots(args.search_dir)

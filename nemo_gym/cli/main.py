@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import sys
+from collections.abc import Callable
 
-from nemo_gym.cli import dataset, env, eval as eval_cli, servers, sessions
+from nemo_gym.cli import dataset, servers, sessions
 from nemo_gym.cli.upstream_keys import as_flags
 from nemo_gym.config import ConfigError
 from nemo_gym.env import DEFAULT_HEAD_PORT
@@ -88,6 +90,17 @@ def installed_version() -> str:
         return "unknown"
 
 
+def handler(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """The command ``name`` of ``nemo_gym.cli.MODULE``, imported when it runs: ``env`` and ``eval`` import the servers'
+    and the rollouts' code (about a second of CPU), which every other command (``gym sessions`` in a script, say) would
+    pay for nothing."""
+
+    def run(args: argparse.Namespace) -> int:
+        return getattr(importlib.import_module(f"nemo_gym.cli.{module}"), name)(args)
+
+    return run
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gym", description="Run and evaluate Gym environment servers.")
     parser.add_argument("--version", action="version", version=f"gym {installed_version()}")
@@ -96,28 +109,28 @@ def build_parser() -> argparse.ArgumentParser:
     env_parser = groups.add_parser("env", help="start, test, check and inspect environments; the status of running servers").add_subparsers(dest="command", required=True)
     start = env_parser.add_parser("start", help="start every server of a config and keep them up until Ctrl-C")
     add_server_options(start)
-    start.set_defaults(handler=env.start)
+    start.set_defaults(handler=handler("env", "start"))
     test = env_parser.add_parser("test", help="run a resources server's tests and check its example data")
     test.add_argument("--resources-server", help="a name found in the search roots, or the server's directory")
     test.add_argument("overrides", nargs="*", metavar="+entrypoint=resources_servers/NAME", help="upstream's form of --resources-server")
     add_search_dir(test)
-    test.set_defaults(handler=env.test)
+    test.set_defaults(handler=handler("env", "test"))
     resolve = env_parser.add_parser("resolve", help="print the merged, interpolated config as YAML (credentials redacted)")
     add_config_options(resolve)
-    resolve.set_defaults(handler=env.resolve)
+    resolve.set_defaults(handler=handler("env", "resolve"))
     check = env_parser.add_parser("validate", help="check a config as `env start` would, without starting a server")
     check.add_argument("workload", nargs="?", metavar="NAME", help="upstream's manifest-backed workload (not supported here)")
     add_config_options(check)
-    check.set_defaults(handler=env.validate)
+    check.set_defaults(handler=handler("env", "validate"))
     state = env_parser.add_parser("status", help="the servers of a running `gym env start` and whether each answers")
     state.add_argument("--json", action="store_true", help="one JSON list: process_name, server_type, name, host, port, url, num_workers, status")
     state.add_argument("--head-url", help="head endpoint of that run (default: http://127.0.0.1:HEAD_PORT)")
     state.add_argument("--head-port", type=port_number, default=DEFAULT_HEAD_PORT, help="port of the head endpoint")
-    state.set_defaults(handler=env.status)
+    state.set_defaults(handler=handler("env", "status"))
     init = env_parser.add_parser("init", help="make a new resources server: app, config, example data, tests, README")
     init.add_argument("name")
     init.add_argument("--dir", default=".", help="write DIR/resources_servers/NAME/ (default: the working directory)")
-    init.set_defaults(handler=env.init)
+    init.set_defaults(handler=handler("env", "init"))
 
     eval_parser = groups.add_parser("eval", help="run rollouts, prepare benchmarks, aggregate and re-verify rollouts").add_subparsers(dest="command", required=True)
     run = eval_parser.add_parser("run", help="run episodes through an agent's /run and report rewards")
@@ -130,20 +143,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--concurrency", type=positive_int, default=64)
     run.add_argument("--no-serve", action="store_true", help="use the servers of a running `gym env start`")
     run.add_argument("--head-url", help="head endpoint of that run (default: http://127.0.0.1:HEAD_PORT)")
-    run.set_defaults(handler=eval_cli.run)
+    run.set_defaults(handler=handler("eval", "run"))
     prepare = eval_parser.add_parser("prepare", help="run the prepare script of each benchmark dataset of a config, writing its JSONL")
     prepare.add_argument("--config", action="append", default=[], help="YAML config file; repeat to merge (later wins)")
     prepare.add_argument("--benchmark", help="shortcut: the config benchmarks/NAME/config.yaml (NAME/FLAVOR: benchmarks/NAME/FLAVOR.yaml)")
     prepare.add_argument("--use-cached", action="store_true", help="skip a benchmark whose JSONL already exists")
     add_search_dir(prepare)
     prepare.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="+prepare_script_args.NAME=VALUE passes NAME to prepare()")
-    prepare.set_defaults(handler=eval_cli.prepare)
+    prepare.set_defaults(handler=handler("eval", "prepare"))
     aggregate = eval_parser.add_parser("aggregate", help="metrics over rollout shards from each agent's /aggregate_metrics; the shards merged")
     add_running_servers_options(aggregate)
     aggregate.add_argument("--input-glob", "-i", required=True, help="glob, or comma-separated globs, of the rollout shards")
     aggregate.add_argument("--output", "-o", required=True, help="merged rollouts JSONL; the metrics go beside it as <stem>_aggregate_metrics.json")
     aggregate.add_argument("--no-merge-shards", action="store_true", help="write only the metrics")
-    aggregate.set_defaults(handler=eval_cli.aggregate)
+    aggregate.set_defaults(handler=handler("eval", "aggregate"))
     reverify = eval_parser.add_parser("reverify", help="recompute the rewards of stored rollouts with their resources server's /verify")
     add_running_servers_options(reverify)
     reverify.add_argument("--inputs", required=True, help="materialized inputs JSONL (rows with _ng_task_index and _ng_rollout_index)")
@@ -155,12 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
     reverify.add_argument("--overwrite", action="store_true", help="delete an existing output instead of refusing")
     reverify.add_argument("--resume", action="store_true", help="keep an existing output and re-verify only the rollouts it lacks")
     reverify.add_argument("--disable-aggregation", action="store_true", help="skip the aggregate metrics file")
-    reverify.set_defaults(handler=eval_cli.reverify)
+    reverify.set_defaults(handler=handler("eval", "reverify"))
     profiling = eval_parser.add_parser("profile", help="statistics per task and per agent of a collection's rollouts, from the files alone")
     profiling.add_argument("--inputs", required=True, help="materialized inputs JSONL that rollout collection was fed")
     profiling.add_argument("--rollouts", required=True, help="rollouts JSONL it wrote; the profile goes beside it")
     profiling.add_argument("--allow-partial-rollouts", action="store_true", help="profile a partial collection (inputs without a rollout)")
-    profiling.set_defaults(handler=eval_cli.profile)
+    profiling.set_defaults(handler=handler("eval", "profile"))
 
     servers.add_commands(groups, add_search_dir)
     dataset.add_commands(groups, add_search_dir)

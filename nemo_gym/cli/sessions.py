@@ -10,7 +10,8 @@ from urllib.parse import urlencode
 
 import aiohttp
 
-from nemo_gym.durable.checkpoint import ADMIN_PREFIX, DEFAULT_DRAIN_SECONDS, DEFAULT_HOLD_SECONDS, DEFAULT_PAUSE_SECONDS, admin_credentials, admin_header, merged
+from nemo_gym.durable.checkpoint import DEFAULT_HOLD_SECONDS
+from nemo_gym.durable.checkpoint_admin import ADMIN_PREFIX, DEFAULT_DRAIN_SECONDS, DEFAULT_PAUSE_SECONDS, admin_credentials, admin_header, merged
 from nemo_gym.durable.store import open_store
 from nemo_gym.durable.transfer import export_sessions, restore_sessions, write_sessions
 from nemo_gym.sessions.secret import read as read_secret, state_dir

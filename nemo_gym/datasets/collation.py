@@ -12,11 +12,11 @@ from typing import Any
 from nemo_gym.config import is_instance
 from nemo_gym.config.files import ConfigError, find_file, instance_kind
 from nemo_gym.config_types import DatasetConfig
+from nemo_gym.datasets import MODES
 from nemo_gym.datasets.metrics import other_fields, request_columns, request_metrics
 from nemo_gym.global_config import AGENT_REF_KEY_NAME
 from nemo_gym.prompt import apply_prompt_to_row, load_prompt_config, validate_prompt_compatibility
 
-MODES = {"train_preparation": ("train", "validation", "benchmark"), "example_validation": ("example",)}
 UNAVAILABLE = "downloading datasets is not available here: it needs the Hugging Face hub or NVIDIA's GitLab, over the network"
 
 

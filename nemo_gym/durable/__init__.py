@@ -11,4 +11,6 @@
 - ``adoption``: every way a session is taken over from the store (a dead owner's, a restored row, an idle orphan), and the router's lost-session policy: adopt it, or 410.
 - ``replies``: what a durable worker answers in place of the app: a replayed reply, a 409, and its refusals (503s, 500).
 - ``transfer``: the file ``gym sessions export`` writes and ``gym sessions restore`` loads.
+- ``checkpoint``: the gate a host's workers share, which a checkpoint drains and pauses.
+- ``checkpoint_admin``: the checkpoint's endpoints, which ``gym sessions checkpoint`` calls on every replica.
 """

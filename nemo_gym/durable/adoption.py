@@ -21,6 +21,7 @@ from starlette.responses import Response
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.applied import remembered
 from nemo_gym.durable.keeper import DurableSessions
+from nemo_gym.durable.lease import LeaseHolder
 from nemo_gym.durable.store import StoredSession, StoreUnavailable
 from nemo_gym.durable.tombstones import ended_detail
 from nemo_gym.durable.replies import not_taken_up, owned_elsewhere, replayed
@@ -128,13 +129,15 @@ class Adopter:
             )
         )
 
-    async def take_up(self, session: dict, request: str | None = None) -> Response | None:
-        """Before serving a request that names ``session`` (its cookie's), with the id ``request``: None to serve
-        it, else the reply it gets instead (its stored reply, if its session ended with it already). A session this worker does not hold is adopted if the store has it owned by no worker
-        (restored by ``gym sessions restore``), or, with leases, by a worker whose lease has expired; one
-        another worker holds under a live lease gets 503 naming that worker (``owned_elsewhere``). Only
-        that miss reads the store, so a held session's requests read nothing. A stored state that does not
-        load here is a 500 on each request, never a new session."""
+    async def take_up(self, session: dict, request: str | None = None) -> Response | LeaseHolder | None:
+        """Before serving a request that names ``session`` (its cookie's or its token's), with the id ``request``:
+        None to serve it, else the reply it gets instead (its stored reply, if its session ended with it
+        already), or the lease of the worker that holds it. A session this worker does not hold is adopted if
+        the store has it owned by no worker (restored by ``gym sessions restore``), or, with leases, by a worker
+        whose lease has expired; for one another worker holds under a live lease, that worker's lease (the
+        caller answers 503 naming it, ``owned_elsewhere``, or sends the request there). Only that miss reads
+        the store, so a held session's requests read nothing. A stored state that does not load here is a 500
+        on each request, never a new session."""
         session_id = session[SESSION_ID_KEY]
         try:
             while not self.sessions.holds(session_id) and (stored := await self.sessions.store.read(session_id)) is not None:
@@ -146,7 +149,7 @@ class Adopter:
                         return None
                     holder = await self.sessions.holder(stored.owner)
                     if holder is not None and holder.live:
-                        return owned_elsewhere(session, holder)
+                        return holder
                 await self.adopt(stored, session)
         except (StoreUnavailable, ValueError) as error:  # not claimed, or not loaded: it stays in the store
             return not_taken_up(error, f"Session {session_id}, restored into the store")

@@ -20,7 +20,10 @@ from __future__ import annotations
 import base64
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+# ``json.dumps`` of a string, as its C encoder writes it (ASCII, escapes as json writes them), without the
+# encoder's set-up on each call.
+from json.encoder import encode_basestring_ascii as json_string
 
 STATE_KEY = "nemo_gym.state"
 APPLIED_KEY = "nemo_gym.applied"
@@ -44,19 +47,29 @@ class Applied:
     headers: tuple[tuple[str, str], ...]
     body: bytes | None
 
-    def to_json(self) -> list:
-        return [self.request_id, self.status, [list(header) for header in self.headers], None if self.body is None else base64.b64encode(self.body).decode()]
+    # Its JSON text in a row, made once (with it): a row is written again with every change of its session,
+    # and holds each request through the next ``WINDOW`` of them.
+    encoded: str = field(init=False, repr=False, compare=False)
 
-    @functools.cached_property
-    def encoded(self) -> str:
-        """Its JSON text in a row, made once: a row is written again with every change of its session, and
-        holds each request through the next ``WINDOW`` of them."""
-        return json.dumps(self.to_json())
+    def __post_init__(self) -> None:
+        # Written piece by piece, as ``json.dumps`` of ``to_json`` would (base64 needs no escapes); a reply's
+        # headers are most often those of the previous reply.
+        body = "null" if self.body is None else f'"{base64.b64encode(self.body).decode()}"'
+        object.__setattr__(self, "encoded", f"[{json_string(self.request_id)}, {self.status:d}, {encoded_headers(self.headers)}, {body}]")
+
+    def to_json(self) -> list:
+        """What its row holds of it, as ``encoded`` writes it."""
+        return [self.request_id, self.status, [list(header) for header in self.headers], None if self.body is None else base64.b64encode(self.body).decode()]
 
     @classmethod
     def from_json(cls, data: list) -> Applied:
         request_id, status, headers, body = data
         return cls(request_id, status, tuple((name, value) for name, value in headers), None if body is None else base64.b64decode(body))
+
+
+@functools.lru_cache(maxsize=64)
+def encoded_headers(headers: tuple[tuple[str, str], ...]) -> str:
+    return json.dumps([list(header) for header in headers])
 
 
 def kept_headers(headers: list[tuple[bytes, bytes]]) -> tuple[tuple[str, str], ...]:
@@ -68,7 +81,7 @@ def wrap(state: str, applied: list[Applied]) -> str:
     if not applied:
         return state
     # As json.dumps({STATE_KEY: state, APPLIED_KEY: [...]}) writes it, with each request's text made once.
-    return f"{PREFIX}{json.dumps(state)}{APPLIED_INFIX}{', '.join(item.encoded for item in applied)}]}}"
+    return f"{PREFIX}{json_string(state)}{APPLIED_INFIX}{', '.join([item.encoded for item in applied])}]}}"
 
 
 def remembered(row: str, request_id: str) -> Applied | None:
@@ -78,12 +91,24 @@ def remembered(row: str, request_id: str) -> Applied | None:
 
 def unwrap(row: str) -> tuple[str, list[Applied]]:
     """The state text a row holds, and the requests it remembers."""
+    data = remembering(row)
+    return (row, []) if data is None else (data[STATE_KEY], [Applied.from_json(item) for item in data[APPLIED_KEY]])
+
+
+def state_of(row: str) -> str:
+    """The state text a row holds (``unwrap``'s, without making the requests it remembers)."""
+    data = remembering(row)
+    return row if data is None else data[STATE_KEY]
+
+
+def remembering(row: str) -> dict | None:
+    """The object of a row that remembers requests, as JSON reads it; None for a row that is the state as it is."""
     if not row.startswith(PREFIX):
-        return row, []
+        return None
     try:
         data = json.loads(row)
     except ValueError:
-        return row, []
+        return None
     if not isinstance(data, dict) or set(data) != {STATE_KEY, APPLIED_KEY}:
-        return row, []
-    return data[STATE_KEY], [Applied.from_json(item) for item in data[APPLIED_KEY]]
+        return None
+    return data

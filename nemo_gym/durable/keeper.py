@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from nemo_gym.durable.applied import WINDOW, Applied, unwrap, wrap
+from nemo_gym.durable.applied import WINDOW, Applied, state_of, unwrap, wrap
 from nemo_gym.durable.lease import LeaseHolder, LeaseStore, LeaseTerms, OwnerLease
 from nemo_gym.durable.states import DurableState
 from nemo_gym.durable.store import SessionStore, SessionTaken, StoredSession, StoreUnavailable
@@ -106,7 +106,7 @@ class DurableSessions:
     def stored_states(self) -> list[str]:
         """The state of every live row of the store, as the servers' ``export`` wrote it (without the requests
         its row remembers): what a server reads to know what the store still names."""
-        return [unwrap(stored.state)[0] for stored in self.store.export()]
+        return [state_of(stored.state) for stored in self.store.export()]
 
     def reply(self, session_id: str, request_id: str) -> Applied | None:
         """The reply of the request ``request_id`` if it changed this held session already."""
@@ -161,11 +161,13 @@ class DurableSessions:
                 for session_id, state in group.items():
                     if self.pending.get(session_id, (None, None))[1] is outcome:
                         del self.pending[session_id]
-                    if session_id in self.ending and self.row(session_id) == state:
+                    # This worker's tombstone of a session it ended: known as one without reading it again.
+                    ended = session_id in self.ending and self.row(session_id) == state
+                    if ended:
                         del self.ending[session_id]
                         self.applied.pop(session_id, None)
                     # A tombstone is the store's, no longer this worker's to hold.
-                    if state is None or session_id in taken or ended_detail(state) is not None:
+                    if state is None or session_id in taken or ended or ended_detail(state) is not None:
                         self.written.pop(session_id, None)
                         self.written_at.pop(session_id, None)
                     else:

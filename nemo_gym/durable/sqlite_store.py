@@ -35,6 +35,11 @@ PURGE_INTERVAL_SECONDS = 3600
 BUSY_TIMEOUT_MS = 10_000
 # A store that cannot commit (its disk full, say) is reported at most once per this many seconds.
 FAILURE_LOG_INTERVAL_SECONDS = 10
+# A table with rowids (the session id's key in an index beside it): a row is its state and the requests it
+# remembers (``durable.applied``), often more than a kilobyte (a verify's reply), and a table without rowids
+# keeps at most about 1000 bytes of a row in its 4 KiB page, the rest in an overflow page of its own. Measured
+# with scripts/bench_store_rows.py (4 writers, a counter episode's rows): 19 µs of CPU per row write against
+# 35 µs without rowids. A file made before keeps its table as it was made; both are read and written alike.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     session_id TEXT PRIMARY KEY,
@@ -42,7 +47,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     revision INTEGER NOT NULL,
     state TEXT NOT NULL,
     expires_at REAL NOT NULL
-) WITHOUT ROWID;
+);
 CREATE INDEX IF NOT EXISTS sessions_by_expiry ON sessions (expires_at);
 """
 

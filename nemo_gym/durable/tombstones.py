@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 
-from nemo_gym.durable.applied import STATE_KEY, unwrap
+from nemo_gym.durable.applied import STATE_KEY, state_of
 
 KEY = "nemo_gym.ended"
 PREFIX = json.dumps({KEY: ""})[:-3]
@@ -29,7 +29,7 @@ def tombstone(detail: str) -> str:
 def ended_detail(state: str | None) -> str | None:
     """The detail a tombstone carries (one that remembers requests too), or None for a state that is no tombstone."""
     if state is not None and state.startswith(REMEMBERING_PREFIX):
-        state = unwrap(state)[0]
+        state = state_of(state)
     if state is None or not state.startswith(PREFIX):
         return None
     try:

@@ -10,9 +10,11 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.durable.adoption import Adopter
 from nemo_gym.durable.applied import KEPT_BODY_BYTES, Applied, kept_headers
 from nemo_gym.durable.replies import in_flight, lease_not_renewed, owned_elsewhere, replayed, store_unavailable
+from nemo_gym.durable.lease import LeaseHolder
 from nemo_gym.durable.store import SessionTaken, StoreUnavailable
 from nemo_gym.sessions.replies import retry_later
 from nemo_gym.routing.request_id import ID_HEADER_NAME, MAX_ID_LENGTH, request_id, valid_id
+from nemo_gym.routing.to_holder import HOLDER_SCOPE_KEY
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
 from nemo_gym.sessions.token import is_mcp_path, token_session_id
 
@@ -37,7 +39,8 @@ class WriteThrough:
 
     With owner leases (a store shared across hosts, ``durable.lease``): a request waits for the lease to
     be valid first (503 if it cannot be renewed); a session another worker owns under a live lease gets
-    503 with the cookie naming that worker (``owned_elsewhere``, the adopter's answer); so does a write the store refuses
+    503 with the cookie naming that worker (``owned_elsewhere``; one an MCP token names, which its client never gets
+    again, is sent on to that worker instead, ``routing.to_holder``); so does a write the store refuses
     because another worker owns the row now (this worker's copy is dropped), and a request under way
     while the lease lapsed is refused unwritten (the lapse dropped what it served from).
     """
@@ -73,8 +76,15 @@ class WriteThrough:
         token_session = token_session_id(scope, self.tokens) if is_mcp_path(scope["path"]) else None
         # Each session the request names is taken up first if this worker does not hold it (the token's too: a tool call runs with it).
         instead = None if NEW_SESSION_SCOPE_KEY in scope else await self.adopter.take_up(session, request)
+        if isinstance(instead, LeaseHolder):
+            instead = owned_elsewhere(session, instead)  # the cookie names the holder, where the client's retry goes
         if instead is None and token_session not in (None, session_id):
             instead = await self.adopter.take_up({SESSION_ID_KEY: token_session}, request)
+            if isinstance(instead, LeaseHolder):
+                if HOLDER_SCOPE_KEY in scope:
+                    scope[HOLDER_SCOPE_KEY] = (instead, receive)  # a token is never issued again: the request goes to the holder (``to_holder``)
+                    return
+                instead = owned_elsewhere({}, instead)
         if instead is not None:
             await instead(scope, receive, send)
             return

@@ -49,10 +49,15 @@ class Meters:
         self.store_commit_seconds: Any = IDLE
         self.forwarded: dict[str, Any] = dict.fromkeys(HOPS, IDLE)
         self.forward_seconds: dict[str, Any] = dict.fromkeys(HOPS, IDLE)
+        self.hand_offs_sent: Any = IDLE
+        self.hand_offs_received: Any = IDLE
+        self.not_handed_off: dict[str, Any] = {}
         self.responses: dict[int, Any] = {}
         self.ended: dict[str, Any] = {}
         self._responses: Any = None
         self._ended: Any = None
+        self._not_handed_off: Any = None
+        self.worker = ""
 
     def install(self, worker: str | None, keeps_sessions: bool) -> None:
         """Make the metrics, in a registry of their own. ``worker`` labels this process's live sessions (its
@@ -87,6 +92,17 @@ class Meters:
         )
         self.forwarded = {hop: forwarded.labels(hop=hop) for hop in HOPS}
         self.forward_seconds = {hop: seconds.labels(hop=hop) for hop in HOPS}
+        # Per worker, as the issue's operator asks: which worker hands off, which takes, which forwards and why.
+        self.worker = worker or str(os.getpid())
+        sent = Counter("nemo_gym_hand_offs_sent", "Connections handed to the worker of this host that owns their session.", ["worker"], registry=registry)
+        received = Counter("nemo_gym_hand_offs_received", "Connections a sibling worker handed to this one.", ["worker"], registry=registry)
+        self.hand_offs_sent = sent.labels(worker=self.worker)
+        self.hand_offs_received = received.labels(worker=self.worker)
+        self._not_handed_off = Counter(
+            "nemo_gym_forwards_not_handed_off", "Requests forwarded to a worker of this host instead of handing it their connection, by reason.",
+            ["worker", "reason"], registry=registry,
+        )
+        self.not_handed_off = {}
         self._responses = Counter("nemo_gym_responses", "Replies sent from the public port, by HTTP status.", ["status"], registry=registry)
         self.responses = {}
         self.store_commit_seconds = Histogram(
@@ -100,6 +116,14 @@ class Meters:
         if meter is None:
             meter = IDLE if self._responses is None else self._responses.labels(status=str(status))
             self.responses[status] = meter
+        return meter
+
+    def forwarded_not_handed_off(self, reason: str) -> Any:
+        """The counter of forwards to a sibling that did not hand the connection off, for ``reason``, bound on its first use."""
+        meter = self.not_handed_off.get(reason)
+        if meter is None:
+            meter = IDLE if self._not_handed_off is None else self._not_handed_off.labels(worker=self.worker, reason=reason)
+            self.not_handed_off[reason] = meter
         return meter
 
     def session_ended(self, reason: str) -> None:

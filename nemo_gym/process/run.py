@@ -25,6 +25,7 @@ from typing import Any
 
 import uvicorn
 import uvicorn._subprocess
+import uvicorn.supervisors.multiprocess
 from starlette.types import ASGIApp
 from uvicorn.importer import import_from_string
 from uvicorn.supervisors.multiprocess import SIGNALS
@@ -45,7 +46,9 @@ from nemo_gym.env import (
     WORKER_LOG_DIR_ENV,
 )
 from nemo_gym.metrics.exposition import MULTIPROC_DIR_ENV, make_metrics_dir, remove_metrics_dir
-from nemo_gym.protocols.input_limits import InputLimits
+from nemo_gym.process.public_server import PublicServer
+from nemo_gym.protocols.handing_off import HandingOffProtocol
+from nemo_gym.protocols.input_limits import InputLimits, LimitedHttpToolsProtocol
 from nemo_gym.process.discovery import find_server_class
 from nemo_gym.process.parent import die_with_parent, follow_parent
 from nemo_gym.routing.replica import ReplicaAddressError, advertised_host
@@ -105,8 +108,9 @@ def check_store(server_class: type[SimpleServer], config: BaseRunServerInstanceC
         open_store(config.session_store, name).close()
 
 
-def uvicorn_options(instance: gym_config.Instance, config: BaseRunServerInstanceConfig) -> dict[str, Any]:
-    """How uvicorn serves an instance, whatever its number of workers."""
+def uvicorn_options(instance: gym_config.Instance, config: BaseRunServerInstanceConfig, hand_off: bool = False) -> dict[str, Any]:
+    """How uvicorn serves an instance, whatever its number of workers. ``hand_off``: its workers hand connections to
+    each other (``protocols.handing_off``): routed, of several workers, with ``hand_off`` set."""
     return dict(
         host=instance.host,
         port=instance.port,
@@ -116,7 +120,7 @@ def uvicorn_options(instance: gym_config.Instance, config: BaseRunServerInstance
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=5,
         timeout_worker_healthcheck=WORKER_HEALTHCHECK_SECONDS,
-        http=InputLimits.of(config).protocol(),
+        http=InputLimits.of(config).protocol(HandingOffProtocol if hand_off else LimitedHttpToolsProtocol),
     )
 
 
@@ -124,7 +128,8 @@ def fork_workers() -> None:
     """Make uvicorn fork its workers from this process. A forked worker gets back the signal handlers this
     process had before uvicorn's supervisor set its own (a spawned one starts with the defaults), and this
     process's objects are frozen out of the collector, so that a worker's collections neither walk nor
-    copy them. A worker dies with this process."""
+    copy them. A worker dies with this process. Each worker's server is a ``PublicServer``, which the worker's
+    hand-off socket serves its siblings' connections with."""
     handlers = {sig: handler for sig in SIGNALS if (handler := signal.getsignal(sig)) is not None}
 
     def in_worker() -> None:
@@ -135,6 +140,7 @@ def fork_workers() -> None:
 
     os.register_at_fork(after_in_child=in_worker)
     uvicorn._subprocess.spawn = multiprocessing.get_context("fork")
+    uvicorn.supervisors.multiprocess.Server = PublicServer
     gc.freeze()
 
 
@@ -170,7 +176,8 @@ def serve_instance(server_class: type[SimpleServer] | None, app_factory: str | N
         check_store(server_class, config, instance.name)
     except StoreError as error:
         sys.exit(f"server {instance.name!r} cannot start: {error}")
-    options = uvicorn_options(instance, config)
+    hand_off = config.hand_off and instance.num_workers > 1 and server_class.is_routed(config)
+    options = uvicorn_options(instance, config, hand_off)
     if server_class.is_replica(config):
         # Held (bound, never listening) until this process ends; its workers listen on it.
         forward_port = claim_replica_port(config, instance.name)

@@ -64,11 +64,12 @@ class InputLimits:
     def for_siblings(self) -> "InputLimits":
         """The limits of a worker's private socket, whose only clients are its sibling workers.
 
-        Heads may be twice as long: a forwarded head is rebuilt (a space after every colon, the
-        caller's address added), so one at the public limit can arrive longer. No time limits: a
+        Heads may be three times as long: a forwarded head is rebuilt (a space after every colon, the
+        caller's address and the forwarding worker's reading of the session cookie added, the latter
+        at most about as long as the cookie), so one at the public limit can arrive longer. No time limits: a
         sibling passes a caller's bytes on as they come, and the caller is timed at the public side.
         """
-        return InputLimits(2 * self.max_header_bytes, None, None, 0)
+        return InputLimits(3 * self.max_header_bytes, None, None, 0)
 
     def for_replicas(self) -> "InputLimits":
         """The limits of a replica's forwarding port: the public ones, but for heads twice as long (a forwarded
@@ -76,9 +77,10 @@ class InputLimits:
         reach the port can open a connection to it, and the other replicas send a body whole, at once."""
         return dataclasses.replace(self, max_header_bytes=2 * self.max_header_bytes)
 
-    def protocol(self) -> Callable[..., asyncio.Protocol]:
-        """uvicorn's ``http`` setting: the protocol held to these limits (picklable, for worker processes)."""
-        return functools.partial(LimitedHttpToolsProtocol, limits=self)
+    def protocol(self, cls: type[LimitedHttpToolsProtocol] | None = None) -> Callable[..., asyncio.Protocol]:
+        """uvicorn's ``http`` setting: the protocol (``cls``, by default ``LimitedHttpToolsProtocol``) held to these
+        limits (picklable, for worker processes)."""
+        return functools.partial(cls or LimitedHttpToolsProtocol, limits=self)
 
 
 class WatchedFlow(FlowControl):

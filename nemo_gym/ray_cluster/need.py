@@ -43,14 +43,24 @@ def file_imports_ray(path: str, mtime: float) -> bool:
     return False
 
 
+@functools.cache
+def real_folder(path: str) -> str:
+    """``path`` with its links resolved, once per process: a loaded module's folder does not move, and resolving
+    every loaded module's on each call was most of a ``gym env`` command's time."""
+    return os.path.realpath(path)
+
+
 def loaded_files(directory: str | Path) -> list[str]:
-    """The source files of the modules this process has loaded from ``directory``."""
-    root = Path(os.path.realpath(directory))
+    """The source files of the modules this process has loaded from ``directory`` (its folders, links resolved)."""
+    root = os.path.realpath(directory)
+    inside = os.path.join(root, "")
     files = []
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
-        if path and path.endswith(".py") and Path(os.path.realpath(path)).is_relative_to(root):
-            files.append(path)
+        if path and path.endswith(".py"):
+            folder = real_folder(os.path.dirname(path))
+            if folder == root or folder.startswith(inside):
+                files.append(path)
     return files
 
 

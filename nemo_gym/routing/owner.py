@@ -80,13 +80,15 @@ class OwnerReader:
                 tokens.append(value.decode("latin-1"))
         if len(tokens) > 1 and len(set(tokens)) > 1:
             raise AmbiguousSession(TOKEN_HEADER)
+        # A request another replica forwarded here comes with its reading of the cookie (``transport.private_server``).
+        read = SESSION_READ_SCOPE_KEY in scope
         cookie = self.session_cookie_value(cookie_headers)
         if cookie is None:
             scope[SESSION_READ_SCOPE_KEY] = None
         if tokens and (is_mcp_path(scope["path"]) or cookie is None):
             return read_token(self.token_serializer, tokens[0])
         if cookie is not None:
-            session = scope[SESSION_READ_SCOPE_KEY] = self.session_layer.load(cookie)
+            session = scope[SESSION_READ_SCOPE_KEY] = scope[SESSION_READ_SCOPE_KEY] if read else self.session_layer.load(cookie)
             return session
         return None
 

@@ -102,7 +102,7 @@ def replica_keys(replica: str, forward_port: int) -> dict[str, str | int]:
     return {REPLICA_KEY: replica, FORWARD_PORT_KEY: forward_port}
 
 
-def forward_address(session: dict) -> str | None:
+def forward_address(session: Mapping) -> str | None:
     """``host:port`` of the forwarding port of the replica a session names; None if it names none validly."""
     parsed = parse_replica(session.get(REPLICA_KEY))
     port = session.get(FORWARD_PORT_KEY)
@@ -120,11 +120,21 @@ class ReplicaPeer(NamedTuple):
     address: str
 
 
-def replica_peer(worker: str, session: dict) -> ReplicaPeer | None:
+def replica_peer(worker: str, session: Mapping) -> ReplicaPeer | None:
     """Worker ``worker`` of the replica a session names; None if the session names no replica validly
     (not ``host:port``, or no forwarding port)."""
     address = forward_address(session)
     return None if address is None else ReplicaPeer(worker, session[REPLICA_KEY], address)
+
+
+def route(owner: str, session: Mapping, replica: str | None) -> str | ReplicaPeer | None:
+    """Where worker ``owner`` of the replica ``session`` names is reached from replica ``replica`` (None: no
+    replica set): ``owner`` itself, a worker of this host (a session that names no replica, or this one);
+    a ``ReplicaPeer``; or None for a session that names another replica, but not validly."""
+    named = session.get(REPLICA_KEY)
+    if replica is None or named is None or named == replica:
+        return owner
+    return replica_peer(owner, session)
 
 
 def owner_label(worker: str, replica: str) -> str:

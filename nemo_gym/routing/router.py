@@ -15,20 +15,27 @@ sent on to the owner worker of that host. A session of this replica's takes the 
 
 from __future__ import annotations
 
+import functools
+import json
 from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from nemo_gym.metrics.meters import METERS
+from nemo_gym.protocols.handing_off import CONNECTION_EXTENSION, HANDED_EXTENSION
 from nemo_gym.routing.exchange import replaying
 from nemo_gym.routing.forwarder import Forwarder, OwnerBusy, OwnerDied, OwnerGone
 from nemo_gym.routing.lost import Decision, ForwardTo, LostSessionPolicy, Reply, ServeHere
 from nemo_gym.routing.owner import AmbiguousSession, OwnerReader, owner_of
 from nemo_gym.routing.placement import Placement
-from nemo_gym.routing.replica import replica_of, replica_peer
+from nemo_gym.routing.replica import ReplicaPeer, replica_of, route
+from nemo_gym.routing.to_holder import TO_HOLDER_HEADER
 from nemo_gym.routing.request_id import ID_HEADER, SAFE_METHODS, id_of, new_id_header
+from nemo_gym.routing.transport.hand_off import HandOffs
 from nemo_gym.routing.transport.private_server import CLIENT_HEADER
 from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY
+from nemo_gym.sessions.cookie import SESSION_READ_HEADER, SESSION_READ_SCOPE_KEY
 from nemo_gym.sessions.replies import retry_later
 from nemo_gym.sessions.worker import WORKER_HEADER, is_worker_id
 
@@ -47,11 +54,13 @@ class SessionRouter:
         start_paths: frozenset[str] = frozenset(),
         replica: str | None = None,
         replica_forwarder: Forwarder | None = None,
+        hand_offs: HandOffs | None = None,
     ) -> None:
         """``forwarder`` reaches this host's workers (``transport.unix``). ``start_paths``: where a request starts a
         new session whatever it names (the app's session layer gives it one), so it is placed as a new session
         is, never sent to an owner, live or dead. ``replica``: this replica's address, in a replica set;
-        ``replica_forwarder`` reaches the other replicas' workers (``transport.tcp``)."""
+        ``replica_forwarder`` reaches the other replicas' workers (``transport.tcp``). ``hand_offs``: where a request
+        of a sibling's session may hand it its connection instead (``transport.hand_off``; None: ``hand_off`` is off)."""
         self.app = app
         self.worker_id = worker_id
         self.owners = owners
@@ -61,6 +70,7 @@ class SessionRouter:
         self.start_paths = start_paths
         self.replica = replica
         self.replica_forwarder = replica_forwarder
+        self.hand_offs = hand_offs
         self.label = worker_id.encode()  # the reply header's value, made once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -68,17 +78,17 @@ class SessionRouter:
             await self.app(scope, receive, send)
             return
         send = labelled(send, self.label)
-        # Only a sibling worker may name the caller's address; from the public port it is stripped.
-        # One plain loop over the head, for both: on every request, a generator's frame (any(...)) cost more
-        # than the scan itself. A request that may change state and carries no id gets one (``request_id``).
-        named_client = has_id = False
+        # Only a forwarding worker may name the caller's address or its reading of the session; from the public port
+        # they are stripped. One plain loop over the head, for both: on every request, a generator's frame (any(...))
+        # cost more than the scan itself. A request that may change state and carries no id gets one (``request_id``).
+        sibling_only = has_id = False
         for name, _ in scope["headers"]:
-            if name == CLIENT_HEADER:
-                named_client = True
+            if name == CLIENT_HEADER or name == SESSION_READ_HEADER:
+                sibling_only = True
             elif name == ID_HEADER:
                 has_id = True
-        if named_client:
-            scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER]
+        if sibling_only:
+            scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER and name != SESSION_READ_HEADER]
         if not has_id and scope["method"] not in SAFE_METHODS:
             scope["headers"].append(new_id_header())
         if scope["path"] in self.start_paths:
@@ -95,11 +105,15 @@ class SessionRouter:
         elif owner == self.worker_id:
             await self.app(scope, receive, send)
         elif is_worker_id(owner):
-            replica = replica_of(session)
-            if replica is None or replica == self.replica or self.replica_forwarder is None:
-                await self.forward(self.forwarder, owner, session, scope, receive, self.owners.keeping_session(scope, send))
-            elif (peer := replica_peer(owner, session)) is not None:
-                await self.forward(self.replica_forwarder, peer, session, scope, receive, self.owners.keeping_session(scope, send))
+            peer = route(owner, session, self.replica)
+            if peer is not None:
+                if isinstance(peer, ReplicaPeer):
+                    forwarder = self.replica_forwarder
+                elif await self.handed_off(peer, scope):
+                    return
+                else:
+                    forwarder = self.forwarder
+                await self.forward(forwarder, peer, session, scope, receive, self.owners.keeping_session(scope, send))
             else:
                 detail = "the session names an owner replica that is not host:port, or no forwarding port of it"
                 response = JSONResponse(status_code=400, content={"detail": detail})
@@ -107,6 +121,22 @@ class SessionRouter:
         else:
             response = JSONResponse(status_code=400, content={"detail": "the session names an owner worker that is not a worker ID"})
             await response(scope, receive, send)
+
+    async def handed_off(self, owner: str, scope: Scope) -> bool:
+        """Whether the request's connection went to ``owner``, a worker of this host, which replies to the client
+        itself; counted either way (a forward, by the reason it was not handed off). Asked before any of the
+        body is read: the connection goes with every byte read from it (``protocols.handing_off``)."""
+        connection = scope.get("extensions", {}).get(CONNECTION_EXTENSION)
+        if self.hand_offs is None:
+            reason = "off"
+        elif connection is None:
+            reason = "no_connection"  # not from a public port that can give connections away
+        else:
+            reason = await connection.give_away(scope, functools.partial(self.hand_offs.send, owner))
+        if reason is None:
+            return True  # counted by the transport, as it gives the connection
+        METERS.forwarded_not_handed_off(reason).inc()
+        return False
 
     async def forward(self, forwarder: Forwarder, peer: Any, session: dict, scope: Scope, receive: Receive, send: Send) -> None:
         """The recovery loop over a route: forward to ``peer`` (a worker of this host over ``forwarder``, or of
@@ -116,6 +146,7 @@ class SessionRouter:
         and so on."""
         while True:
             decision: Decision
+            with_reading(scope)
             try:
                 await forwarder.forward(peer, scope, receive, send)
                 return
@@ -145,7 +176,9 @@ class SessionRouter:
         except AmbiguousSession as error:
             await JSONResponse(status_code=400, content={"detail": error.detail})(scope, receive, send)
             return
-        if owner_of(session) != worker or replica_of(session) != self.replica:
+        # A request sent on to the session's holder in the store (``to_holder``) names the owner its token names.
+        named_here = owner_of(session) == worker and replica_of(session) == self.replica
+        if not named_here and not any(name == TO_HOLDER_HEADER for name, _ in scope["headers"]):
             detail = f"The request's session is not owned by worker {worker} of replica {self.replica}, which its credential names."
             await JSONResponse(status_code=400, content={"detail": detail})(scope, receive, send)
         elif worker == self.worker_id:
@@ -154,14 +187,17 @@ class SessionRouter:
             await self.forward(self.forwarder, worker, session, scope, receive, self.owners.keeping_session(scope, send))
 
     async def start_session(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """A request that starts a session is served where the session should live (``placement``).
+        """A request that starts a session is served where the session should live (``placement``): its
+        connection handed there, or else the request forwarded. One handed here by a sibling is served here.
 
-        Its body is read first, so that a sibling that cannot take it (dead, or too busy to accept)
+        A forward reads its body first, so that a sibling that cannot take it (dead, or too busy to accept)
         leaves it to be served here; a body that streams in several pieces is always served here.
         """
-        target = self.placement.choose()
+        target = None if scope.get("extensions", {}).get(HANDED_EXTENSION) else self.placement.choose()
         if target is None:
             await self.app(scope, receive, send)
+            return
+        if await self.handed_off(target, scope):
             return
         first = await receive()
         if first.get("more_body", False):
@@ -173,6 +209,14 @@ class SessionRouter:
         except (OwnerGone, OwnerDied, OwnerBusy):
             self.placement.taken_back(target)
             await self.app(scope, replaying(receive, first), send)
+
+
+def with_reading(scope: Scope) -> None:
+    """A forwarded request carries the session this worker read from its cookie (if it read it), which the owner
+    takes as read (``transport.private_server``; across hosts the replica credential binds it): the cookie's
+    signature is verified once per request."""
+    if SESSION_READ_SCOPE_KEY in scope and not any(name == SESSION_READ_HEADER for name, _ in scope["headers"]):
+        scope["headers"] = [*scope["headers"], (SESSION_READ_HEADER, json.dumps(scope[SESSION_READ_SCOPE_KEY]).encode())]
 
 
 def labelled(send: Send, worker_id: bytes) -> Send:

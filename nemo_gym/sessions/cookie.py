@@ -22,6 +22,9 @@ SESSION_MAX_AGE_SECONDS = 14 * 24 * 60 * 60
 # Set in the ASGI scope by the router: the session it read from the request's cookie (None: the request has
 # no session cookie, or one that does not verify), so that the session layer does not read it again.
 SESSION_READ_SCOPE_KEY = "nemo_gym.session_read"
+# On a forwarded request, the forwarding worker's reading of the session cookie (its JSON; ``null``: no cookie
+# that verifies), taken as read where only a sibling or a credentialed replica can send it (``transport.private_server``).
+SESSION_READ_HEADER = b"x-nemo-gym-session-read"
 
 
 def session_cookie_name(instance_name: str) -> str:
@@ -34,9 +37,9 @@ class SessionCookie:
 
     The cookie is Starlette's ``SessionMiddleware`` cookie, as upstream's servers send it: the session as
     base64 JSON, signed with a timestamp (itsdangerous), with the same attributes; a cleared session
-    deletes it. It is read once per request: the router in front of the app leaves its reading in the
-    scope (``SESSION_READ_SCOPE_KEY``); without a router (routing off, or a request a sibling worker
-    forwarded here) it is read here.
+    deletes it. It is read once per request on a host: the router in front of the app leaves its reading in
+    the scope (``SESSION_READ_SCOPE_KEY``), and a sibling's private socket the forwarding router's
+    (``routing.transport.private_server``); without either (routing off) it is read here.
     """
 
     def __init__(self, app: ASGIApp, secret_key: str, session_cookie: str, max_age: int = SESSION_MAX_AGE_SECONDS) -> None:

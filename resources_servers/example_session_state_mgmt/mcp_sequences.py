@@ -10,13 +10,17 @@ from __future__ import annotations
 import asyncio
 import json
 
+import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, create_mcp_http_client
 
 from nemo_gym.client.reading import ReadingClient
 from nemo_gym.sessions.token import TOKEN_HEADER
 
+# To connect, write or wait for a pooled connection: the SDK's 30 s ran out for one of 200 sequences started at once
+# through a balancer on a loaded 2-core machine; reads keep the SDK's bound for a held stream.
+CONNECT_SECONDS = 120
 FIRST_START = 100  # not 0: a counter missing on another worker also reads as 0
 
 
@@ -27,7 +31,7 @@ async def one_sequence(client: ReadingClient, server: str, start: int) -> int | 
         raise RuntimeError(f"{server}/seed_session answered {seed.status}: {seed.text}")
     token = seed.body["mcp"]["headers"][TOKEN_HEADER]
     async with (
-        create_mcp_http_client(headers={TOKEN_HEADER: token}) as http,
+        create_mcp_http_client(headers={TOKEN_HEADER: token}, timeout=httpx2.Timeout(CONNECT_SECONDS, read=MCP_DEFAULT_SSE_READ_TIMEOUT)) as http,
         streamable_http_client(client.url(server, "/mcp"), http_client=http) as (read, write),
         ClientSession(read, write) as session,
     ):

@@ -5,7 +5,7 @@ and in the ``pids`` hierarchy (``memory.limit_in_bytes``, ``pids.max``). cgroup 
 unified hierarchy (``memory.max``, ``memory.swap.max``, ``pids.max``, and ``memory.oom.group``, so an
 out-of-memory kill takes all of the sandbox's processes at once; v1 has no such switch and kills the
 largest). By default the sandbox cgroups go below the server's own cgroup in each hierarchy (so whatever
-caps the server caps its sandboxes too), as ``<parent>/swe_rebench-<hash of the sandbox root>/<worker>.<sandbox>``;
+caps the server caps its sandboxes too), as ``<parent>/swe_rebench-<hash of the sandbox root and its file system>/<worker>.<sandbox>``;
 ``cgroup_parent`` names another parent (on v2 it must hold no processes of its own, the kernel's rule for
 a cgroup whose children get controllers).
 """
@@ -168,8 +168,13 @@ class Cgroups:
 
 
 def instance_name(sandbox_root: Path) -> str:
-    """The instance's cgroup directory: one per sandbox root, so instances and test servers never share one."""
-    return "swe_rebench-" + hashlib.sha256(str(sandbox_root).encode()).hexdigest()[:12]
+    """The instance's cgroup directory: one per sandbox root, so instances and test servers never share one.
+
+    A root is its path on the file system it lies on (the device of its parent, or of the nearest ancestor
+    there is): hosts and containers with a /tmp of their own share the machine's cgroups, and the same path
+    there is another root. The root's own device is not used: it may be a mount point that comes and goes."""
+    parent = next(directory for directory in sandbox_root.parents if directory.exists())
+    return "swe_rebench-" + hashlib.sha256(f"{parent.stat().st_dev}:{sandbox_root}".encode()).hexdigest()[:12]
 
 
 def enable_controllers(group: Path) -> None:

@@ -1,7 +1,8 @@
 """Section 1, counter episodes: each configuration's throughput, latency, placement spread and CPU per episode.
 
 Counter episodes (seed 0, +1, +2, verify 3) against the counter at 1 worker, at 4 workers routed (in memory,
-placed, durable, and played by Gym's own client), at 4 workers with routing off, and HAProxy in front of 4
+with hand-off, the default, and forwarding every hop instead; placed, durable, and played by Gym's own client),
+at 4 workers with routing off, and HAProxy in front of 4
 single-worker instances. With a baseline, every row runs for both trees, side by side in the same rounds.
 """
 
@@ -25,6 +26,7 @@ from scripts.bench.servers import COUNTER, Servers, Tree, resource_server, write
 
 ONE_WORKER = "1 worker"
 ROUTED = "4 workers, routed"
+ROUTED_FORWARDED = "4 workers, routed, hand-off off"
 ROUTED_GYM = "4 workers, routed, Gym client"
 ROUTED_DURABLE = "4 workers, routed, durable"
 ROUTED_PLACED = "4 workers, routed, placed"
@@ -45,6 +47,7 @@ class Row:
 ROWS = {
     "one": (ONE_WORKER, Row("counter_1w")),
     "routed": (ROUTED, Row("counter_4w")),
+    "forwarded": (ROUTED_FORWARDED, Row("counter_4w_forwarded")),
     "placed": (ROUTED_PLACED, Row("counter_4w_placed")),
     "gym": (ROUTED_GYM, Row("counter_4w", gym=True)),
     "durable": (ROUTED_DURABLE, Row("counter_4w_durable")),
@@ -57,6 +60,7 @@ INSTANCES = {
     "counter_1w": resource_server(COUNTER, num_workers=1),
     # In memory, as the 1-worker and HAProxy rows are; the durable row pays the store's writes too.
     "counter_4w": resource_server(COUNTER, num_workers=4, durable_sessions=False),
+    "counter_4w_forwarded": resource_server(COUNTER, num_workers=4, durable_sessions=False, hand_off=False),
     "counter_4w_placed": resource_server(COUNTER, num_workers=4, durable_sessions=False, place_sessions=True),
     "counter_4w_durable": resource_server(COUNTER, num_workers=4),
     "counter_4w_off": resource_server(COUNTER, num_workers=4, route_sessions=False),
@@ -183,12 +187,13 @@ def episodes_table(result: dict, args: argparse.Namespace) -> str:
 def pattern_table(pattern: str, rows_by_name: dict[str, Any], args: argparse.Namespace, tree: str) -> str:
     haproxy = rows_by_name.get(HAPROXY, {}).get("per_second")
     one = rows_by_name.get(ONE_WORKER, {}).get("per_second")
+    unrouted_cpu = rows_by_name.get(UNROUTED, {}).get("server_cpu_request_ms")
     rows = []
     for name, row in rows_by_name.items():
         if "skipped" in row:
             reason = row["skipped"]
             hint = f"; install: {HAPROXY_INSTALL}" if reason == "haproxy not installed" else ""
-            rows.append([name, f"skipped ({reason}{hint})", "", "", "", "", "", "", "", "", "", "", ""])
+            rows.append([name, f"skipped ({reason}{hint})", "", "", "", "", "", "", "", "", "", "", "", ""])
             continue
         rows.append([
             name,
@@ -201,13 +206,14 @@ def pattern_table(pattern: str, rows_by_name: dict[str, Any], args: argparse.Nam
             "-" if row["direct_share"] is None else f"{row['direct_share']:.1%}",
             fmt(row["server_cpu_ms"], ".2f"),
             fmt(row["server_cpu_request_ms"], ".3f"),
+            fmt(ratio(row["server_cpu_request_ms"], unrouted_cpu), ".2f", "x"),
             fmt(row["client_cpu_ms"], ".2f"),
             fmt(ratio(row["per_second"], haproxy), ".2f", "x"),
             fmt(ratio(row["per_second"], one), ".2f", "x"),
         ])
     header = [
         "configuration", "reward 1.0 / total", "errors", "episodes/s", "p50 ms", "p99 ms", "sessions/worker", "direct",
-        "server CPU ms/ep", "server CPU ms/req", "client CPU ms/ep", "vs HAProxy", "vs 1 worker",
+        "server CPU ms/ep", "server CPU ms/req", "CPU/req vs routing off", "client CPU ms/ep", "vs HAProxy", "vs 1 worker",
     ]
     title = (
         f"1{'ab'[PATTERNS.index(pattern)]}. Counter episodes, {pattern} client{tree}: {args.episodes} per run at concurrency "

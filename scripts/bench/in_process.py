@@ -1,12 +1,17 @@
-"""In-process CPU per request: the counter's app built routed (every request a direct hit) against routing off.
+"""In-process CPU per request: the counter's app built routed, its requests served where they land, forwarded to
+a sibling, or forwarded to another replica, against routing off.
 
     python -m scripts.bench.in_process [--episodes 2000] [--rounds 5] [--profile routed|off]
 
-Both apps are built as a 4-worker server's worker builds them (in memory, no placement), and driven
-straight through ASGI with the same counter episodes (seed 0, +1, +2, verify 3), each episode's cookie
-threaded from the replies, no sockets: what is measured is the server's own work per request, with
-``time.process_time``, in alternating rounds. It prints the median CPU per request of each build and
-their ratio, routed over off. Timings are only printed, never asserted.
+The apps are built as a 4-worker server's workers build them (in memory, no placement), all in this
+process, and driven straight through ASGI with the same counter episodes (seed 0, +1, +2, verify 3), each
+episode's cookie threaded from the replies. Rows: "routed, direct hits" (every request to the worker that
+owns its session, no sockets); "forwarded to a sibling" (seeded at one worker, the rest sent to another
+of its host, over the private Unix socket); "forwarded across replicas" (seeded at a worker of one
+replica, the rest sent to a worker of another, over the forwarding port on loopback); "routing off".
+What is measured is the whole process's work per request, both ends of a hop included, with
+``time.process_time``, in alternating rounds. It prints the median CPU per request of each row and its
+ratio to routing off. Timings are only printed, never asserted.
 """
 
 from __future__ import annotations
@@ -34,8 +39,11 @@ EPISODE = [("/seed_session", {"initial_count": 0}), ("/increment_counter", {"cou
 BODIES = [(path, json.dumps(body).encode()) for path, body in EPISODE]
 
 
-def build(routed: bool, socket_dir: str) -> Any:
-    settings = {"num_workers": 4, "durable_sessions": False, "route_sessions": routed, "session_secret": SECRET, "port": gym_config.free_port()}
+def build(routed: bool, socket_dir: str, port: int | None = None, forward_port: int | None = None) -> Any:
+    """``port``: the replica's public port (its identity); ``forward_port``: its forwarding port (a replica set)."""
+    settings = {"num_workers": 4, "durable_sessions": False, "route_sessions": routed, "session_secret": SECRET, "port": port or gym_config.free_port()}
+    if forward_port is not None:
+        settings["forward_port"] = forward_port
     instances = gym_config.parse({NAME: {"resources_servers": {"example_session_state_mgmt": settings}}}, check_ports=False)
     return CounterServer.for_instance(NAME, instances).build_app(socket_dir)
 
@@ -75,13 +83,13 @@ async def request(app: Any, path: str, body: bytes, cookie: str | None) -> str |
     return cookie
 
 
-async def episodes(app: Any, count: int) -> float:
-    """CPU seconds per request over ``count`` episodes."""
+async def episodes(apps: tuple[Any, Any], count: int) -> float:
+    """CPU seconds per request over ``count`` episodes, each seeded at ``apps[0]`` and continued at ``apps[1]``."""
     started = time.process_time()
     for _ in range(count):
         cookie = None
-        for path, body in BODIES:
-            cookie = await request(app, path, body, cookie)
+        for number, (path, body) in enumerate(BODIES):
+            cookie = await request(apps[min(number, 1)], path, body, cookie)
     return (time.process_time() - started) / (count * len(BODIES))
 
 
@@ -103,16 +111,27 @@ async def lifespan(app: Any) -> AsyncIterator[None]:
         await task
 
 
+@contextlib.asynccontextmanager
+async def rows() -> AsyncIterator[dict[str, tuple[Any, Any]]]:
+    """Each row's apps, started: where an episode is seeded, and where its other requests are sent."""
+    with tempfile.TemporaryDirectory() as host, tempfile.TemporaryDirectory() as replica_host, tempfile.TemporaryDirectory() as other_host:
+        local, sibling, off = build(True, host), build(True, host), build(False, host)
+        # Two replicas of one set, each on its own host (socket directory), with its own forwarding port.
+        there, here = (build(True, directory, forward_port=gym_config.free_port()) for directory in (other_host, replica_host))
+        async with contextlib.AsyncExitStack() as running:
+            for app in (local, sibling, off, there, here):
+                await running.enter_async_context(lifespan(app))
+            yield {"routed, direct hits": (local, local), "forwarded to a sibling": (local, sibling), "forwarded across replicas": (there, here), "routing off": (off, off)}
+
+
 async def main(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory() as socket_dir:
-        apps = {"routed, direct hits": build(True, socket_dir), "routing off": build(False, socket_dir)}
-        async with lifespan(apps["routed, direct hits"]), lifespan(apps["routing off"]):
-            await measure(apps, args)
+    async with rows() as pairs:
+        await measure(pairs, args)
 
 
 async def measure(apps: dict[str, Any], args: argparse.Namespace) -> None:
-    for app in apps.values():
-        await episodes(app, 50)  # warm: validators built, caches filled
+    for pair in apps.values():
+        await episodes(pair, 50)  # warm: validators built, caches filled
     if args.profile:
         app = apps["routed, direct hits" if args.profile == "routed" else "routing off"]
         profile = cProfile.Profile()
@@ -123,12 +142,12 @@ async def measure(apps: dict[str, Any], args: argparse.Namespace) -> None:
         return
     figures: dict[str, list[float]] = {name: [] for name in apps}
     for _ in range(args.rounds):
-        for name, app in apps.items():
-            figures[name].append(await episodes(app, args.episodes))
+        for name, pair in apps.items():
+            figures[name].append(await episodes(pair, args.episodes))
     medians = {name: statistics.median(values) * 1000 for name, values in figures.items()}
     for name, value in medians.items():
-        print(f"{name:>22}: {value:.4f} ms CPU per request (median of {args.rounds} rounds of {args.episodes} episodes)")
-    print(f"{'ratio':>22}: {medians['routed, direct hits'] / medians['routing off']:.3f}x routed over off")
+        ratio = value / medians["routing off"]
+        print(f"{name:>26}: {value:.4f} ms CPU per request, {ratio:.3f}x routing off (median of {args.rounds} rounds of {args.episodes} episodes)")
 
 
 if __name__ == "__main__":

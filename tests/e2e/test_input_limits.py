@@ -266,7 +266,8 @@ def test_the_head_limit_holds_for_a_request_forwarded_to_another_owner(stack, po
     assert (at, json.loads(at_body)) == (200, {"count": 7})
 
 
-def test_the_private_socket_refuses_a_head_over_twice_the_limit(stack):
+def test_the_private_socket_refuses_a_head_over_three_times_the_limit(stack):
+    """Three times: a forwarded head is rebuilt and carries the forwarding worker's reading of the cookie (``InputLimits.for_siblings``)."""
     _, owner = seeded_session(stack, initial_count=0)
     path = socket_address(stack.socket_dirs["counter"], owner)
 
@@ -280,8 +281,8 @@ def test_the_private_socket_refuses_a_head_over_twice_the_limit(stack):
         finally:
             writer.close()
 
-    assert asyncio.run(on_private_socket(head_of(2 * LIMIT)))[0] == 200
-    assert asyncio.run(on_private_socket(head_of(2 * LIMIT + 1))) == (431, True)
+    assert asyncio.run(on_private_socket(head_of(3 * LIMIT)))[0] == 200
+    assert asyncio.run(on_private_socket(head_of(3 * LIMIT + 1))) == (431, True)
 
 
 def test_a_head_sent_a_byte_at_a_time_gets_408_and_the_connection_closes(port):

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from nemo_gym import config as gym_config
 from nemo_gym.client.reading import ReadingClient
 from nemo_gym.client.rollouts import run_episodes
 from nemo_gym.config import REPO_ROOT
+from nemo_gym.process.launcher import Launcher
 from resources_servers.example_session_state_mgmt.episodes import plus_one_plus_two
 
 COUNTER = "example_session_state_mgmt"
@@ -42,14 +45,19 @@ def run_through_relay(instances: dict) -> list[dict]:
     return asyncio.run(run())
 
 
-def test_run_episodes_through_the_relay_all_score_at_one_worker(start_servers):
-    launcher = start_servers(counter_behind_relay(num_workers=1))
-    results = run_through_relay(launcher.instances)
+@pytest.fixture(scope="module")
+def one_worker(start_module_servers) -> Launcher:
+    """The relay's stack with the counter at one worker, started once: every /run is a session of its own."""
+    return start_module_servers(counter_behind_relay(num_workers=1))
+
+
+def test_run_episodes_through_the_relay_all_score_at_one_worker(one_worker):
+    results = run_through_relay(one_worker.instances)
     assert sum(result["reward"] == 1.0 for result in results) == EPISODES, [r.get("error") for r in results if "error" in r][:3]
 
 
-def test_the_relay_hands_back_the_cookies_of_every_server_the_session_touched(start_servers):
-    launcher = start_servers(counter_behind_relay(num_workers=1))
+def test_the_relay_hands_back_the_cookies_of_every_server_the_session_touched(one_worker):
+    launcher = one_worker
 
     async def one_episode():
         client = ReadingClient(launcher.instances)

@@ -8,8 +8,10 @@ import signal
 from collections import Counter
 
 import aiohttp
+import pytest
 
 from nemo_gym.client.reading import ReadingClient, ServerReply
+from nemo_gym.process.launcher import Launcher
 from nemo_gym.sessions.secret import session_secret
 from responses_api_agents.memory_agent.conversations import first_turn, run_conversations, second_turn
 from tests.e2e.session_routing.test_counter_routing import worker_pid_of_owner
@@ -17,10 +19,16 @@ from tests.e2e.test_memory_agent_one_worker import AGENT, CONVERSATIONS, convers
 from tests.session_cookies import cookie_owner
 
 
-def test_200_two_turn_conversations_all_continue_at_four_workers(start_servers):
-    launcher = start_servers(memory_stack())
-    assert launcher.instances[AGENT].num_workers == 4
-    assert converse(launcher.instances) == [{"continued": True}] * CONVERSATIONS
+@pytest.fixture(scope="module")
+def four_workers(start_module_servers) -> Launcher:
+    """The stack at 4 workers, started once: each conversation is a session of its own, so the tests' conversations
+    do not meet; the last test SIGKILLs one of its workers."""
+    return start_module_servers(memory_stack())
+
+
+def test_200_two_turn_conversations_all_continue_at_four_workers(four_workers):
+    assert four_workers.instances[AGENT].num_workers == 4
+    assert converse(four_workers.instances) == [{"continued": True}] * CONVERSATIONS
 
 
 def test_conversations_break_with_routing_switched_off(start_servers):
@@ -41,8 +49,9 @@ def test_conversations_break_with_routing_switched_off(start_servers):
     assert sum(result["continued"] for result in results) < CONVERSATIONS
 
 
-def test_conversations_of_a_sigkilled_worker_continue_on_the_workers_that_adopt_them(start_servers):
-    launcher = start_servers(memory_stack())
+def test_conversations_of_a_sigkilled_worker_continue_on_the_workers_that_adopt_them(four_workers):
+    """SIGKILLs a worker of the shared stack: the last test of the module to use it."""
+    launcher = four_workers
     secret = session_secret(AGENT)
 
     async def run() -> tuple[str, list[str], list[dict]]:

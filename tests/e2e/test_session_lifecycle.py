@@ -55,7 +55,11 @@ def server(implementation: str, **settings) -> dict:
 def stack(tmp_path_factory):
     base = tmp_path_factory.mktemp("lifecycle")
     config = {
-        "counter": server("hooked_counter", hook_log=str(base / "counter.hooks"), session_idle_timeout_seconds=IDLE_SECONDS, place_sessions=True),
+        # Forwarded, not handed off: the busy session's requests must be seen to reach several workers, and a
+        # reply names the worker that took its connection only when that worker forwards it.
+        "counter": server(
+            "hooked_counter", hook_log=str(base / "counter.hooks"), session_idle_timeout_seconds=IDLE_SECONDS, place_sessions=True, hand_off=False
+        ),
         "capped": server("hooked_counter", hook_log=str(base / "capped.hooks"), max_sessions=100, session_idle_timeout_seconds=0),
         "in_memory": server("hooked_counter", hook_log=str(base / "in_memory.hooks"), durable_sessions=False),
         "swe": server("swe_rebench", sandbox_dir=str(base / "swe"), session_idle_timeout_seconds=IDLE_SECONDS, place_sessions=True),

@@ -1,25 +1,29 @@
 """nemo_gym.base_responses_api_agent: when an agent correlates its calls with a rollout, as upstream's does; and
 its /v1/responses, which for an agent whose own ``responses`` takes another body (upstream's aviary_agent) is
-served with that body, as upstream registers ``self.responses`` itself."""
+served with that body, as upstream registers ``self.responses`` itself; and its /close_session, which closes its own
+session and the session of each resources server whose cookie came with it."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import ClassVar
 
 import aiohttp
 import httpx
 import pytest
-from fastapi import Request, Response
+from fastapi import FastAPI, Request, Response
 from omegaconf import OmegaConf
 
 from nemo_gym.base_resources_server import BaseRunRequest
 from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent
 from nemo_gym.config import Instance, free_port
 from nemo_gym.global_config import OBSERVABILITY_ENABLED_KEY_NAME, TOKEN_ID_CAPTURE_BLOCK
+from nemo_gym.lifecycle.registry import EndReason
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming, new_response
 from nemo_gym.rollout_correlation import current_rollout_id
 from nemo_gym.server_utils import ServerClient
 from tests.unit_tests.in_process_server import serving
+from tests.unit_tests.lifecycle.test_middleware import HookedServer
 
 ROW = {"responses_create_params": {"input": "q"}, "_ng_task_index": 3, "_ng_rollout_index": 1}
 
@@ -165,3 +169,59 @@ def test_base_url_for_run_and_resolve_model_base_url_put_the_rollout_prefix_on_a
     assert agent.base_url_for_run("http://m:1", BaseRunRequest.model_validate({"responses_create_params": {"input": "hi"}})) == "http://m:1"
     assert agent.resolve_model_base_url("policy") == "http://h:2/v1"
     assert agent.resolve_model_base_url("policy", "r2") == "http://h:2/ng-rollout/r2/v1"
+
+
+SECRET = "agent-close-" + "x" * 32
+
+
+class HookedAgent(SimpleResponsesAPIAgent):
+    """Records its hook's calls; ``/ping`` is a request of its session."""
+
+    ends: ClassVar[list[tuple[str, str]]] = []
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/ping")(self.ping)
+        return app
+
+    async def ping(self) -> dict[str, str]:
+        return {"status": "ok"}
+
+    async def on_session_end(self, session_id: str, reason: EndReason) -> None:
+        HookedAgent.ends.append((session_id, str(reason)))
+
+
+def closing_instances() -> dict[str, Instance]:
+    common = {"entrypoint": "app.py", "host": "127.0.0.1", "num_workers": 1, "session_secret": SECRET}
+    return {
+        "env": Instance("env", "resources_servers", "example_session_state_mgmt", {**common, "port": free_port()}),
+        "agent": Instance("agent", "responses_api_agents", "simple_agent", {**common, "port": free_port()}),
+    }
+
+
+@pytest.mark.anyio
+async def test_an_agents_close_ends_its_session_and_the_environments_each_once():
+    HookedServer.ends.clear()
+    HookedAgent.ends.clear()
+    config = closing_instances()
+    env, agent = HookedServer.for_instance("env", config), HookedAgent.for_instance("agent", config)
+    async with (
+        serving(env.build_app(), config["env"].settings["port"]) as env_url,
+        serving(agent.build_app(), config["agent"].settings["port"]) as agent_url,
+        aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as http,
+    ):
+        async with http.post(f"{env_url}/increment") as reply:
+            jar = {key: morsel.value for key, morsel in reply.cookies.items()}
+        async with http.post(f"{agent_url}/ping") as reply:
+            jar.update({key: morsel.value for key, morsel in reply.cookies.items()})
+        async with http.post(f"{agent_url}/close_session", cookies=jar) as reply:
+            first = await reply.json()
+        async with http.post(f"{agent_url}/close_session", cookies=jar) as reply:
+            second = await reply.json()
+        assert (first["status"], first["resources_servers"]) == ("closed", {"env": "closed"})
+        assert (second["status"], second["resources_servers"]) == ("already closed", {"env": "already closed"})
+        assert [reason for _, reason, _ in HookedServer.ends] == ["close"] and [reason for _, reason in HookedAgent.ends] == ["close"]
+        async with http.post(f"{env_url}/increment", cookies=jar) as reply:
+            assert reply.status == 410
+        async with http.post(f"{agent_url}/close_session") as reply:
+            assert reply.status == 400

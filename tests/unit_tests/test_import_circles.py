@@ -1,4 +1,5 @@
-"""No import circles in ``nemo_gym``: every module imports alone in a fresh interpreter, and its import graph has no cycle.
+"""No import circles in ``nemo_gym``: every module imports alone (no other module of the package loaded before it,
+tests/unit_tests/import_alone.py), and its import graph has no cycle.
 
 The graph is read from the source (``ast``): a module's imports at module level (not under ``if
 TYPE_CHECKING``), an edge to the module each one names, or to ``package.name`` when that is a module.
@@ -9,17 +10,14 @@ a cycle at module level: that import would only be hiding a circle.
 from __future__ import annotations
 
 import ast
-import os
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from tests.unit_tests.import_alone import imports_alone
+
 PACKAGE = "nemo_gym"
 ROOT = Path(__file__).resolve().parents[2]
-IMPORT_TIMEOUT_SECONDS = 120
 
 
 def module_name(path: Path) -> str:
@@ -89,13 +87,6 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def import_alone(module: str) -> tuple[str, int, str]:
-    result = subprocess.run(
-        [sys.executable, "-c", f"import {module}"], cwd=ROOT, capture_output=True, text=True, timeout=IMPORT_TIMEOUT_SECONDS
-    )
-    return module, result.returncode, result.stderr.strip().splitlines()[-1:] and result.stderr.strip().splitlines()[-1]
-
-
 def test_the_module_list_is_the_package():
     assert {"nemo_gym", "nemo_gym.server_utils", "nemo_gym.base_resources_server"} <= set(MODULES)
     assert all(GRAPH[module] <= set(MODULES) for module in GRAPH)
@@ -106,11 +97,24 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
 
 
-def test_every_module_imports_alone_in_a_fresh_interpreter():
-    # One interpreter per module, as many at once as there are cores.
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        failed = [(module, error) for module, code, error in pool.map(import_alone, sorted(MODULES)) if code != 0]
-    assert failed == []
+def test_every_module_imports_alone():
+    assert imports_alone(ROOT, PACKAGE, sorted(MODULES)) == {}
+
+
+def test_a_module_that_fails_alone_is_named(tmp_path):
+    """A circle that breaks whichever of its two modules is imported first, beside a module that imports well:
+    both of the circle are named, with their errors, though the parent loaded every module before forking; and a name
+    the module lacks (``MODULE:NAME``, ``from MODULE import NAME``)."""
+    package = tmp_path / "circled"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "first.py").write_text("from circled.second import SECOND\nFIRST = 1\n")
+    (package / "second.py").write_text("from circled.first import FIRST\nSECOND = 2\n")
+    (package / "fine.py").write_text("import json\nFINE = json.dumps(1)\n")
+    failed = imports_alone(tmp_path, "circled", ["circled", "circled.first", "circled.second", "circled.fine", "circled.fine:FINE", "circled.fine:GONE"])
+    assert set(failed) == {"circled.first", "circled.second", "circled.fine:GONE"}
+    assert all("ImportError" in failed[module] and "partially initialized" in failed[module] for module in ("circled.first", "circled.second"))
+    assert "cannot import name 'GONE'" in failed["circled.fine:GONE"]
 
 
 def test_module_level_imports_make_no_cycle():

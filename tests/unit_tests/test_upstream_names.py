@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib
-import subprocess
-import sys
+from pathlib import Path
 
 import pytest
+
+from tests.unit_tests.import_alone import imports_alone
+
+ROOT = Path(__file__).resolve().parents[2]
 
 UPSTREAM_NAMES = {
     "nemo_gym": ["ROOT_DIR", "PARENT_DIR", "WORKING_DIR", "CACHE_DIR", "RESULTS_DIR", "NeMoGymAsyncOpenAI", "NeMoGymChatCompletion", "NeMoGymResponse"],
@@ -147,9 +150,16 @@ def test_each_upstream_name_imports_from_upstreams_module_path(module, names):
     assert [name for name in names if not hasattr(imported, name)] == []
 
 
+def entry(module: str) -> str:
+    return f"{module}:{','.join(UPSTREAM_NAMES[module])}"
+
+
+@pytest.fixture(scope="module")
+def alone() -> dict[str, str]:
+    """Each module's ``from MODULE import NAMES`` that failed, each run alone (tests/unit_tests/import_alone.py), all at once."""
+    return imports_alone(ROOT, "nemo_gym", [entry(module) for module in UPSTREAM_NAMES])
+
+
 @pytest.mark.parametrize("module", UPSTREAM_NAMES)
-def test_each_upstream_module_imports_alone_in_a_fresh_interpreter(module):
-    names = ", ".join(name for name in UPSTREAM_NAMES[module])
-    code = f"from {module} import {names}"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+def test_each_upstream_module_and_its_names_import_alone(module, alone):
+    assert alone.get(entry(module)) is None

@@ -8,6 +8,8 @@
 - ``tcp``: the replicas of a replica set, each on its host, over their forwarding ports; used beside
   ``unix`` (a replica's own workers still reach each other over it), built by the server, not by name.
 - ``credentials``: what a request to a forwarding port carries to prove it comes from a replica.
+- ``hand_off``: on one host, a client's connection passed whole to the worker that owns its session, beside
+  the ``unix`` transport's private sockets (a descriptor cannot cross hosts).
 
 A new transport is one module that implements ``Transport`` (on ``connection.PooledTransport``) and one
 line in ``TRANSPORTS``.

@@ -4,7 +4,8 @@ The sender puts one ``X-NeMo-Gym-Replica-Auth`` header on each forwarded request
 ``<unix time> <worker> <body sha256> <mac>``, where the mac is HMAC-SHA256, under a key derived from
 the shared ``session_secret`` (never the secret itself), of the method, the request target (as
 sent), the replica the request is for, the worker it is for, the time, the headers that name its
-session (every ``Cookie`` and ``X-NeMo-Gym-Session-Token``, as sent, in order), the body's length and
+session (every ``Cookie``, ``X-NeMo-Gym-Session-Token`` and ``X-NeMo-Gym-Session-Read``, the sender's
+reading of the cookie, as sent, in order), the body's length and
 the body's SHA-256. The receiver checks the mac as soon as the head is complete, with the length the
 head declares, and the body against its digest before the app sees any of it (``transport.tcp``): a
 credential read off the wire is good for the same request only, never for another body, another
@@ -16,8 +17,8 @@ still served). Within the window the very same request can be sent again by whoe
 between the replicas prevents (docs/replicas.md).
 
 Bound to the session headers' raw values rather than to the session they name: the receiver checks
-them before anything reads the session (no second verification of the cookie's signature), and they
-are all a request has to name its session by.
+them before anything reads the session, and takes the sender's reading of the cookie as read (no second
+verification of the cookie's signature: ``transport.private_server``).
 The body is bound by its digest, so the sender knows the whole body before it sends the head (a
 forward's body is bounded by ``max_body_bytes``; most come whole in one message anyway) and the
 receiver refuses a bad credential before it reads any of the body, which cannot then be longer than
@@ -30,6 +31,7 @@ import hashlib
 import hmac
 import time
 
+from nemo_gym.sessions.cookie import SESSION_READ_HEADER
 from nemo_gym.sessions.worker import is_worker_id
 from nemo_gym.sessions.token import TOKEN_HEADER_KEY
 
@@ -37,9 +39,10 @@ AUTH_HEADER = "X-NeMo-Gym-Replica-Auth"
 AUTH_HEADER_KEY = AUTH_HEADER.lower().encode()
 # How far a credential's time may be from the receiver's clock: the replicas' clocks must agree this well.
 WINDOW_SECONDS = 10
-KEY_CONTEXT = b"nemo-gym replica forwarding v2"
-# The headers that name a request's session: the session cookie's and the MCP session token's.
-SESSION_HEADERS = (b"cookie", TOKEN_HEADER_KEY)
+KEY_CONTEXT = b"nemo-gym replica forwarding v3"
+# The headers that name a request's session: the session cookie's, the MCP session token's, and the sending
+# worker's reading of the cookie, which the receiver takes as read (so it does not verify the cookie again).
+SESSION_HEADERS = (b"cookie", TOKEN_HEADER_KEY, SESSION_READ_HEADER)
 
 
 def request_target(scope: dict) -> bytes:

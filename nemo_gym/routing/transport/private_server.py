@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import socket
 import ssl
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym.protocols.input_limits import InputLimits, LimitedHttpToolsProtocol
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
+from nemo_gym.sessions.cookie import SESSION_READ_HEADER, SESSION_READ_SCOPE_KEY
 
 # The forwarding worker's note of the caller's address; trusted only on arrival here.
 CLIENT_HEADER = b"x-nemo-gym-client"
@@ -36,24 +38,33 @@ class PrivateEntrance:
     """Where forwarded requests enter the owner: straight into the app, never through the router.
 
     The caller's address is restored from the forwarding worker's header, and a handler is cancelled
-    if the forwarding worker hangs up (its caller left).
+    if the forwarding worker hangs up (its caller left). With ``trusts_readings`` (a listener only this
+    host's workers reach, or whose every request a replica credential binds the header to), the session
+    the forwarding worker read from the cookie is taken as read (``SESSION_READ_HEADER``); elsewhere that
+    header is dropped. ``cancels``: False where the app is the router's entrance from the other replicas, whose
+    own layers cancel (``CancelOnDisconnect`` around what it serves here, the forwarder for what it sends on).
     """
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = CancelOnDisconnect(app)
+    def __init__(self, app: ASGIApp, trusts_readings: bool = False, cancels: bool = True) -> None:
+        self.app = CancelOnDisconnect(app) if cancels else app
+        self.trusts_readings = trusts_readings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            restore_client(scope)
+            restore(scope, self.trusts_readings)
         await self.app(scope, receive, send)
 
 
-def restore_client(scope: Scope) -> None:
+def restore(scope: Scope, trusts_readings: bool) -> None:
+    """The caller's address, and (``trusts_readings``) the forwarding worker's reading of the session, from their headers."""
     headers = []
     for name, value in scope["headers"]:
         if name == CLIENT_HEADER:
             host, _, port = value.decode("latin-1").rpartition(":")
             scope["client"] = (host, int(port))
+        elif name == SESSION_READ_HEADER:
+            if trusts_readings and isinstance(session := json.loads(value), (dict, type(None))):
+                scope[SESSION_READ_SCOPE_KEY] = session
         else:
             headers.append((name, value))
     scope["headers"] = headers
@@ -74,10 +85,12 @@ class PrivateServer:
         http: Callable[..., LimitedHttpToolsProtocol] = LimitedHttpToolsProtocol,
         tls: ssl.SSLContext | None = None,
         guard: Callable[[ASGIApp], ASGIApp] | None = None,
+        trusts_readings: bool = False,
+        cancels: bool = True,
     ) -> None:
         """``limits``: the listener's own (the transport's choice); ``guard`` wraps the entrance (the TCP
         transport's check of a request's body against its credential); ``tls`` serves over TLS."""
-        entrance = PrivateEntrance(app)
+        entrance = PrivateEntrance(app, trusts_readings, cancels)
         config = uvicorn.Config(
             entrance if guard is None else guard(entrance),
             http=functools.partial(http, limits=limits),

@@ -330,7 +330,9 @@ class TcpTransport(PooledTransport):
             yield
             return
         protocol = functools.partial(ReplicaPortProtocol, doorkeeper=self.doorkeeper)
-        private = PrivateServer(app, limits.for_replicas(), protocol, tls=self.server_tls, guard=BodyChecked)
+        # Every request here was admitted with a credential that binds the sender's reading of the session: it is taken as
+        # read. ``app`` is the router's entrance, which cancels a handler whose caller left itself.
+        private = PrivateServer(app, limits.for_replicas(), protocol, tls=self.server_tls, guard=BodyChecked, trusts_readings=True, cancels=False)
         await private.start(reuse_port_socket(self.bind_host, self.forward_port))
         try:
             yield

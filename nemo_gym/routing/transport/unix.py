@@ -210,7 +210,8 @@ class UnixTransport(PooledTransport):
             life = LifeName(self.socket_dir, worker_id)
             stack.callback(life.release)
             if app is not None:
-                private = PrivateServer(app, limits.for_siblings(), SameUserOnly)
+                # Only this user's processes reach it: the forwarding worker's reading of the session is taken as read.
+                private = PrivateServer(app, limits.for_siblings(), SameUserOnly, trusts_readings=True)
                 await private.start(bound(socket_address(self.socket_dir, worker_id)))
                 stack.push_async_callback(private.stop)
             life.hold()

@@ -5,6 +5,9 @@ cgroup files are plain files, which is all the code reads and writes.
 """
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,6 +37,23 @@ def v2_tree(tmp_path):
         (directory / "cgroup.subtree_control").write_text("")
     mountinfo = f"30 25 0:26 / {unified} rw,nosuid - cgroup2 cgroup2 rw\n"
     return unified, fake_proc(tmp_path, mountinfo, "0::/server.slice\n")
+
+
+def test_a_sandbox_root_at_the_same_path_on_another_mount_has_its_own_cgroups(tmp_path):
+    """Hosts or containers with a /tmp of their own share the machine's cgroups: two servers whose sandbox roots are one
+    path on different mounts must not name one cgroup directory, or each one's sweep removes the other's cgroups (and
+    a seed there fails on a cgroup gone under it). The same root, made meanwhile, keeps its name."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("mounting a file system of its own needs root and unshare (util-linux)")
+    root = tmp_path / "sandboxes"
+    name = instance_name(root)
+    code = f"from pathlib import Path; from resources_servers.swe_rebench.cgroups import instance_name; print(instance_name(Path({str(root)!r})))"
+    mounted = 'mount -t tmpfs tmpfs "$1" && exec "$2" -c "$3"'
+    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mounted, "sh", str(tmp_path), sys.executable, code]
+    other = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[3])
+    assert other.returncode == 0, other.stderr
+    root.mkdir()
+    assert (other.stdout.strip() != name, instance_name(root)) == (True, name)
 
 
 def test_v2_sandbox_cgroups_go_below_the_servers_own_with_memory_and_pids_capped(v2_tree):

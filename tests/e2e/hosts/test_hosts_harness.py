@@ -132,6 +132,24 @@ def test_a_whole_host_kill_leaves_no_process_of_that_host(whoami):
     assert get(whoami["client"], [f"http://h1:{PORT}/"]) == [[whoami["h1"].address]]
 
 
+def test_a_whole_host_kill_returns_once_nothing_listens_on_that_host_even_a_socket_kept_by_a_process_outside_it(whoami):
+    """A socket of the host's namespace outlives its processes: kept by a process that moved to a network namespace
+    of its own and left the tree (its parent gone), and, for a moment, by every killed process (the kernel lets go
+    of a dying process's files after its namespaces). A connection it accepts meanwhile is cut, not refused: a
+    balancer answers 502 for it instead of trying another server."""
+    host = whoami["h3"]
+    listen = "import socket, subprocess; s = socket.create_server(('0.0.0.0', 9123)); s.set_inheritable(True); "
+    listen += "subprocess.Popen(['unshare', '--net', 'sleep', '3600'], pass_fds=[s.fileno()], start_new_session=True)"
+    host.run(["python3", "-c", listen]).wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while ("0.0.0.0", 9123) not in host.listening():
+        assert time.monotonic() < deadline, host.listening()
+        time.sleep(0.05)
+    host.kill()
+    assert host.listening() == set()
+    assert host.processes() == set()
+
+
 def test_a_checkout_and_virtualenv_under_the_machines_tmp_are_what_the_hosts_keep_of_it(monkeypatch, tmp_path):
     """A clone under /tmp with its virtualenv inside (issue 25's new user) runs on the hosts: the outermost
     directory of what they run from is bound into each host's own /tmp; a checkout elsewhere needs nothing."""

@@ -23,6 +23,7 @@ from nemo_gym.sessions.cookie import session_cookie_name
 from nemo_gym.sessions.secret import instance_key
 from tests.e2e.hosts.conftest import PUBLIC_PORT
 from tests.hosts import CLIENT_MODULE, run_client
+from tests.hosts_client import PATIENCE_SECONDS
 from tests.session_cookies import session_of
 
 EPISODES = 200
@@ -83,7 +84,8 @@ def run_sessions(replicas, sessions: int, seconds: float, while_ready, mode: str
             client.kill()
             raise AssertionError(f"the client's sessions were not seeded:\n{client.communicate()[1][-3000:]}")
         while_ready(client)
-        out, err = client.communicate(timeout=seconds + READY_TIMEOUT_SECONDS)
+        # The run, then each session's read and verify, each sent again while answered 503 for at most PATIENCE_SECONDS.
+        out, err = client.communicate(timeout=seconds + READY_TIMEOUT_SECONDS + 2 * PATIENCE_SECONDS)
     finally:
         client.kill()
         client.wait()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -27,15 +26,13 @@ from nemo_gym.sessions.cookie import session_cookie_name
 from nemo_gym.sessions.secret import instance_key
 from tests.e2e.hosts.conftest import COUNTER, PUBLIC_PORT, REPLICA_HOSTS, SESSION_SECRET, PEER_DEAD_AFTER_SECONDS, START_TIMEOUT_SECONDS, ReplicaSet, counter_config
 from tests.e2e.hosts.test_replicas_across_hosts import increments, owner_host, run_sessions, statuses
-from tests.hosts import Host, Remote, run_json, start_balancer, start_gym
+from tests.hosts import Host, Remote, run_json, start_balancer, start_gym, wait_in_rotation
 from tests.session_cookies import session_of
 
 SESSIONS = 200
 CONTINUE_SECONDS = 3
 STATE_FILE = "/tmp/nemo_gym_state/sessions/counter.sqlite3"
 CLI_TIMEOUT_SECONDS = 60
-# Two of HAProxy's checks of each server (tests/hosts.py: every second, up after one success).
-BALANCER_CHECKS_SECONDS = 2
 KEYED_SESSIONS = 24
 KEYED_START = 5000
 # Bounds, never expectations: how long a request of the keyed sessions may take, and may be answered 503 (each
@@ -129,7 +126,8 @@ def test_sessions_exported_from_one_replica_set_continue_in_a_fresh_one_on_other
             shutil.copyfile(old.path("/tmp/sessions.json"), host.path("/tmp/sessions.json"))
             gym_sessions(host, "restore", "--input", "/tmp/sessions.json")
         start_gym([(host, durable(host)) for host in new], START_TIMEOUT_SECONDS)
-        time.sleep(BALANCER_CHECKS_SECONDS)  # HAProxy's checks find the new hosts up
+        for number, _ in enumerate(new, 2):  # until HAProxy's checks find the new hosts (its servers s2, s3) up
+            wait_in_rotation(lan["balancer"], "haproxy", number, START_TIMEOUT_SECONDS)
         keyed_wrong.append(sent_again(remote, replicas.url, keyed, RETRY_SECONDS))
         client.stdin.write("go\n")
         client.stdin.flush()

@@ -36,7 +36,7 @@ SEQUENCES = 200
 CONVERSATIONS = 200
 SWE_EPISODES = 200
 # A relay's /run is one request for a whole episode; at 200 at once on 2 cores some ran over HAProxy's
-# 30 s server timeout (504). 50 at a time keeps each episode well inside it.
+# server timeout (then 30 s: 504). 50 at a time keeps each episode well inside it.
 SWE_CONCURRENCY = 50
 SWE_EPISODE_TIMEOUT_SECONDS = 600
 RUN_TIMEOUT_SECONDS = 900

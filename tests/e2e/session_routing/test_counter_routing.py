@@ -10,11 +10,13 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from nemo_gym.client.reading import ReadingClient
 from nemo_gym.client.rollouts import run_episodes
 from nemo_gym.config.presets import agent_name, environment_trio
 from nemo_gym.openai_utils import new_response
+from nemo_gym.process.launcher import Launcher
 from resources_servers.example_session_state_mgmt.episodes import plus_one_plus_two
 from tests.session_cookies import cookie_owner
 
@@ -36,9 +38,14 @@ async def run_all(instances) -> list[dict]:
         await client.close()
 
 
-def test_run_episodes_all_score_at_four_workers(start_servers):
-    launcher = start_servers(trio(4))
-    results = asyncio.run(run_all(launcher.instances))
+@pytest.fixture(scope="module")
+def four_workers(start_module_servers) -> Launcher:
+    """``trio(4)``, started once for the tests that only add sessions of their own to it (each new, with its own cookie)."""
+    return start_module_servers(trio(4))
+
+
+def test_run_episodes_all_score_at_four_workers(four_workers):
+    results = asyncio.run(run_all(four_workers.instances))
     assert sum(result["reward"] == 1.0 for result in results) == EPISODES, [r.get("error") for r in results if "error" in r][:3]
 
 
@@ -75,8 +82,8 @@ def owners(cookies: list[dict[str, str]]) -> list[str]:
     return [cookie_owner(jar, COUNTER) for jar in cookies]
 
 
-def test_seed_then_verify_sessions_all_score_and_spread_over_workers(start_servers):
-    launcher = start_servers(trio(4))
+def test_seed_then_verify_sessions_all_score_and_spread_over_workers(four_workers):
+    launcher = four_workers
 
     async def scenario():
         client = ReadingClient(launcher.instances)

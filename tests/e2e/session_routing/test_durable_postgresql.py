@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http.client
+import http.cookies
 import json
 import os
 import signal
+import socket
 import time
 import urllib.request
 import uuid
@@ -297,15 +300,52 @@ def test_a_worker_frozen_past_its_lease_loses_its_sessions_to_the_adopters_and_i
     assert again_status == 200 and None not in counts  # each read equals that session's acknowledged increments
 
 
-async def connection_to_a_worker_other_than(url: str, owner: str) -> aiohttp.ClientSession:
-    """A client whose one kept-alive connection was accepted by a worker that is not ``owner``."""
-    for _ in range(MAX_ROUNDS):
-        http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1), cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_SECONDS))
-        async with http.get(f"{url}/") as reply:
-            if reply.headers["X-NeMo-Gym-Worker"] != owner:
-                return http
-        await http.close()
-    raise AssertionError(f"every connection reached {owner}")
+class Forwarding:
+    """One raw keep-alive connection, accepted by a worker that is not ``owner``, whose requests are forwarded to the
+    owner: each is written behind a ``GET /`` in one write, and a request behind another in one read is never handed
+    off with its connection (``protocols.handing_off``). Replies are read in order from one buffer."""
+
+    def __init__(self, url: str, owner: str) -> None:
+        host, port = url.split("//")[1].rsplit(":", 1)
+        for _ in range(MAX_ROUNDS):
+            self.sock = socket.create_connection((host, int(port)), timeout=REQUEST_TIMEOUT_SECONDS)
+            self.file = self.sock.makefile("rb")
+            self.sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n")
+            if self.reply().getheader("X-NeMo-Gym-Worker") != owner:
+                return
+            self.end()
+        raise AssertionError(f"every connection reached {owner}")
+
+    def makefile(self, *args, **kwargs) -> "Forwarding":
+        return self  # http.client reads each reply from the one buffer, and its close() closes nothing
+
+    def read(self, *args):
+        return self.file.read(*args)
+
+    def readline(self, *args):
+        return self.file.readline(*args)
+
+    def reply(self) -> http.client.HTTPResponse:
+        response = http.client.HTTPResponse(self)
+        response.begin()
+        response.body = response.read()
+        return response
+
+    def post(self, path: str, body: dict, jar: dict[str, str], headers: dict[str, str]) -> http.client.HTTPResponse:
+        """``body`` posted to ``path``, forwarded to the owner; its reply."""
+        data = json.dumps(body).encode()
+        head = [f"POST {path} HTTP/1.1", "Host: t", "Content-Type: application/json", f"Content-Length: {len(data)}"]
+        head += [f"Cookie: {'; '.join(f'{name}={value}' for name, value in jar.items())}"] + [f"{name}: {value}" for name, value in headers.items()]
+        self.sock.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n" + "\r\n".join(head).encode() + b"\r\n\r\n" + data)
+        self.reply()
+        return self.reply()
+
+    def close(self) -> None:
+        pass
+
+    def end(self) -> None:
+        self.file.close()
+        self.sock.close()
 
 
 def test_a_forward_replayed_to_the_adopter_after_its_frozen_owner_committed_it_is_applied_once(counter, postgres):
@@ -319,12 +359,12 @@ def test_a_forward_replayed_to_the_adopter_after_its_frozen_owner_committed_it_i
     async def scenario() -> tuple[int, str | None, int, int]:
         session = (await seeded(url, 1))[0]
         owner, session_id = session.named, session_of(KEY, session.jar[f"{COUNTER}_session"])["session_id"]
-        http = await connection_to_a_worker_other_than(url, owner)
+        forwarding = await asyncio.to_thread(Forwarding, url, owner)
         pid = worker_pid(counter, owner)
         lock = await psycopg.AsyncConnection.connect(postgres.dsn())
         try:
             await lock.execute("SELECT 1 FROM nemo_gym_sessions WHERE instance = %s AND session_id = %s FOR UPDATE", (COUNTER, session_id))
-            increment = asyncio.ensure_future(http.post(f"{url}/increment_counter", json={"count": 1}, cookies=session.jar, headers={"Idempotency-Key": key}))
+            increment = asyncio.ensure_future(asyncio.to_thread(forwarding.post, "/increment_counter", {"count": 1}, session.jar, {"Idempotency-Key": key}))
             watch = await psycopg.AsyncConnection.connect(postgres.dsn(), autocommit=True)
             for _ in range(MAX_ROUNDS * 10):
                 cursor = await watch.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name = 'nemo_gym'")
@@ -343,13 +383,14 @@ def test_a_forward_replayed_to_the_adopter_after_its_frozen_owner_committed_it_i
             else:
                 raise AssertionError("the frozen owner's commit did not go through")
             await watch.close()
-            async with await increment as reply:
-                status, replayed = reply.status, reply.headers.get("Idempotent-Replayed")
-                session.jar.update({name: morsel.value for name, morsel in reply.cookies.items()})
+            reply = await increment
+            status, replayed = reply.status, reply.getheader("Idempotent-Replayed")
+            for header in reply.headers.get_all("Set-Cookie") or ():
+                session.jar.update({name: morsel.value for name, morsel in http.cookies.SimpleCookie(header).items()})
         finally:
             os.kill(pid, signal.SIGCONT)
             await lock.close()
-            await http.close()
+            forwarding.end()
         async with fresh_connections() as reader:
             _, _, body = await session.post(reader, url, "/get_counter_value", {})
         return status, replayed, session.count, body["count"]

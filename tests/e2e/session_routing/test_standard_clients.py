@@ -80,7 +80,8 @@ def memory_agent(start_module_servers):
 async def openai_conversation(url: str, number: int) -> bool:
     """Two turns through the official SDK, whose httpx client keeps the cookie the first reply gave."""
     first, second = 1000 + number, 5000 + number
-    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as http:
+    # httpx's default 5 s is too short a connect for 200 at once on a loaded machine; 60 s as the standard clients.
+    async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0), timeout=60) as http:
         client = AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", http_client=http, max_retries=0)
         task = f"The counter starts at 0. Add {first}, then add {second}, then get the count and tell me."
         turn_one = await client.responses.create(model="scripted", input=task)

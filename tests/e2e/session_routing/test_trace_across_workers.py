@@ -25,7 +25,8 @@ TRACESTATE = "rojo=00f067aa0ba902b7"
 @pytest.fixture(scope="module")
 def launcher(tmp_path_factory):
     config = tmp_path_factory.mktemp("trace") / "trace.yaml"
-    settings = {"entrypoint": "app.py", "num_workers": 4, "domain": "other", "place_sessions": True}
+    # Forwarded, not handed off: a handed-off connection's bytes reach the owner untouched, a forward's are rebuilt.
+    settings = {"entrypoint": "app.py", "num_workers": 4, "domain": "other", "place_sessions": True, "hand_off": False}
     config.write_text(json.dumps({NAME: {"resources_servers": {NAME: settings}}}))
     instances = discovery.load([config], roots=search_roots([ROOT]))
     launcher = Launcher(instances, gym_config.free_port(), {"NEMO_GYM_STATE_DIR": str(tmp_path_factory.mktemp("trace_state"))}).start(90)

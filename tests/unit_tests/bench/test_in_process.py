@@ -6,6 +6,7 @@ import asyncio
 import tempfile
 from unittest import mock
 
+from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.sessions.worker import OWNER_KEY
 from scripts.bench import in_process
@@ -39,3 +40,27 @@ def test_the_routed_build_serves_every_request_here_and_its_sessions_name_this_w
 def test_the_unrouted_build_has_no_router():
     router, _ = asyncio.run(play(routed=False))
     assert router is None
+
+
+def test_each_forwarded_row_sends_every_request_after_the_seed_over_its_hop():
+    hops: list[str] = []
+    forward = Forwarder.forward
+
+    async def counted(self, *args, **kwargs):
+        hops.append(self.hop)
+        return await forward(self, *args, **kwargs)
+
+    async def run() -> dict[str, list[str]]:
+        seen = {}
+        async with in_process.rows() as pairs:
+            for name in ("forwarded to a sibling", "forwarded across replicas", "routed, direct hits"):
+                hops.clear()
+                await in_process.episodes(pairs[name], 2)
+                seen[name] = list(hops)
+        return seen
+
+    with mock.patch.object(Forwarder, "forward", counted):
+        seen = asyncio.run(run())
+    after_the_seed = 2 * (len(in_process.BODIES) - 1)
+    assert seen == {"forwarded to a sibling": ["worker"] * after_the_seed, "forwarded across replicas": ["replica"] * after_the_seed, "routed, direct hits": []}
+

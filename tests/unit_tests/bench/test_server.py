@@ -39,9 +39,9 @@ def serves_options(options: dict) -> dict:
     return {**options, "http": (http.func, http.args, http.keywords)}
 
 
-def expected_options(bench_instance) -> dict:
+def expected_options(bench_instance, hand_off: bool = False) -> dict:
     config = bench.BenchServer.validate_config(bench_instance.name, bench_instance.settings)
-    return serves_options(gym_serve.uvicorn_options(bench_instance, config))
+    return serves_options(gym_serve.uvicorn_options(bench_instance, config, hand_off))
 
 
 def test_one_worker_is_served_as_nemo_gym_serve_serves_it(tmp_path, monkeypatch, uvicorn_runs):
@@ -58,7 +58,8 @@ def test_several_workers_are_served_by_uvicorns_supervisor_with_nemo_gym_serves_
     bench.serve(BENCH_MODULE)
     [(app, options)] = uvicorn_runs
     assert app == "scripts.bench.server:worker_app"
-    assert serves_options(options) == {**expected_options(bench_instance), "workers": 2, "factory": True}
+    # Its workers hand connections to each other (uvicorn's supervisor serves them all on one port).
+    assert serves_options(options) == {**expected_options(bench_instance, hand_off=True), "workers": 2, "factory": True}
 
 
 def test_a_worker_of_its_own_port_has_nemo_gym_serves_options_but_the_port(tmp_path, monkeypatch, uvicorn_runs):

@@ -21,8 +21,8 @@ from nemo_gym.routing.lost import ForwardTo, LostSessionPolicy, Reply, ServeHere
 from nemo_gym.routing.replica import REPLICA_KEY
 from nemo_gym.sessions.worker import OWNER_KEY
 from tests.full_filesystem import full, needs_mount
+from tests.unit_tests.conformance import assert_implements
 from tests.unit_tests.durable.filling import commit_until_refused
-from tests.unit_tests.protocols import assert_implements
 from tests.unit_tests.replies import answered
 
 pytestmark = pytest.mark.anyio

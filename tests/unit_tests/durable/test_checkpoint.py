@@ -1,21 +1,13 @@
-"""The checkpoint's gate (two ``Gate`` objects on one directory stand for two workers of one host) and its admin endpoints."""
+"""The checkpoint's gate (two ``Gate`` objects on one directory stand for two workers of one host)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 
 import httpx
-import pytest
 from starlette.responses import JSONResponse
 
-from nemo_gym.cli.sessions import CheckpointFailed, take_checkpoint
-from nemo_gym.durable.store import open_store
-from nemo_gym.durable.checkpoint import ADMIN_PREFIX, CheckpointAdmin, CheckpointGate, Gate, admin_credentials, admin_header, merged
-from tests.unit_tests.in_process_server import serving
-
-SECRET = "checkpoint-unit-test-secret-0123456789abcdef"
-INSTANCE = "counter"
+from nemo_gym.durable.checkpoint import CheckpointGate, Gate
 
 
 async def served(scope, receive, send) -> None:
@@ -172,60 +164,6 @@ def test_a_request_whose_caller_leaves_before_its_body_is_whole_is_never_served_
     assert (asyncio.run(scenario()), sent, receiving.in_flight) == (True, [], [0, 0])
 
 
-def test_a_drain_without_a_valid_credential_gets_401_and_moves_no_request(tmp_path):
-    gate = Gate(str(tmp_path))
-    admin = CheckpointAdmin(served, gate, INSTANCE, SECRET, str(tmp_path / "store.sqlite3"))
-    forged = signed(ADMIN_PREFIX + "drain", secret="another-secret-of-another-replica-set-0123")
-    reply = asyncio.run(call(admin, "POST", ADMIN_PREFIX + "drain", forged))
-    assert (reply.status_code, gate.generation()) == (401, 0)
-    assert asyncio.run(call(admin, "POST", ADMIN_PREFIX + "drain", signed(ADMIN_PREFIX + "drain"))).json() == {"drained": True}
-    assert gate.generation() == 1
-
-
-def test_a_checkpoint_beside_a_request_that_does_not_finish_fails_having_refused_no_request(tmp_path):
-    """The drain waits for the requests in flight while the host still serves; it gives up after
-    ``--drain-seconds`` and nothing was refused: no 503 at all, however long the drain time."""
-    gate = Gate(str(tmp_path))
-    secret_file = tmp_path / "secret"
-    secret_file.write_text(SECRET)
-    secret_file.chmod(0o600)
-    held, release = asyncio.Event(), asyncio.Event()
-
-    async def app(scope, receive, send) -> None:
-        if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-        if scope["path"] == "/hold":
-            held.set()
-            await release.wait()
-        await served(scope, receive, send)
-
-    admin = CheckpointAdmin(CheckpointGate(app, gate), gate, INSTANCE, SECRET, str(tmp_path / "store.sqlite3"))
-
-    async def scenario() -> tuple[list[int], str]:
-        async with serving(admin) as url, httpx.AsyncClient(base_url=url) as client:
-            holding = asyncio.create_task(client.post("/hold"))
-            await asyncio.wait_for(held.wait(), 5)
-            options = {"drain_seconds": 2, "hold_seconds": 0.5, "pause_seconds": 60}
-            arguments = argparse.Namespace(instance=INSTANCE, url=[url], output=str(tmp_path / "out.json"), secret_file=str(secret_file), **options)
-            checkpoint = asyncio.create_task(take_checkpoint(arguments))
-            statuses = []
-            while not checkpoint.done():
-                statuses.append((await client.post("/increment_counter")).status_code)
-                await asyncio.sleep(0.02)
-            with pytest.raises(CheckpointFailed) as failed:
-                await checkpoint
-            release.set()
-            assert (await holding).status_code == 200
-            return statuses, str(failed.value)
-
-    statuses, failure = asyncio.run(scenario())
-    assert "did not finish within 2 s" in failure
-    assert len(statuses) > 10 and set(statuses) == {200}
-
-
 def test_a_request_the_pause_meets_gets_503_with_retry_after_and_is_never_served(tmp_path):
     gate = Gate(str(tmp_path))
     asyncio.run(gate.pause(60, 1))
@@ -236,47 +174,3 @@ def test_a_request_the_pause_meets_gets_503_with_retry_after_and_is_never_served
 async def call(app, method: str, target: str, headers: dict | None = None) -> httpx.Response:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://server") as client:
         return await client.request(method, target, headers=headers)
-
-
-def signed(target: str, secret: str = SECRET, signed_target: str | None = None, instance: str = INSTANCE) -> dict:
-    name, value = admin_header(admin_credentials(secret), "POST", signed_target or target, instance)
-    return {name: value}
-
-
-@pytest.mark.parametrize(
-    "headers",
-    [
-        {},
-        signed(ADMIN_PREFIX + "pause", secret="another-secret-of-another-replica-set-0123"),
-        signed(ADMIN_PREFIX + "pause", signed_target=ADMIN_PREFIX + "resume"),
-        signed(ADMIN_PREFIX + "pause", instance="another_instance"),
-        {"X-NeMo-Gym-Admin-Auth": "0 garbage"},
-    ],
-    ids=["none", "another secret", "another target", "another instance", "garbage"],
-)
-def test_a_checkpoint_request_without_a_valid_credential_gets_401_and_pauses_nothing(tmp_path, headers):
-    gate = Gate(str(tmp_path))
-    admin = CheckpointAdmin(served, gate, INSTANCE, SECRET, str(tmp_path / "store.sqlite3"))
-    reply = asyncio.run(call(admin, "POST", ADMIN_PREFIX + "pause", headers))
-    assert (reply.status_code, gate.paused_until()) == (401, 0.0)
-
-
-def test_the_admin_endpoints_pause_export_only_while_paused_and_resume(tmp_path):
-    gate = Gate(str(tmp_path))
-    open_store(str(tmp_path / "store.sqlite3"), INSTANCE).close()
-    admin = CheckpointAdmin(served, gate, INSTANCE, SECRET, str(tmp_path / "store.sqlite3"))
-
-    def post(action: str) -> httpx.Response:
-        return asyncio.run(call(admin, "POST", ADMIN_PREFIX + action, signed(ADMIN_PREFIX + action)))
-
-    assert post("export").status_code == 409
-    assert post("pause").status_code == 200 and gate.paused_until() > 0
-    assert post("export").json() == {"sessions": []}
-    assert post("resume").status_code == 200 and gate.paused_until() == 0.0
-    assert asyncio.run(call(admin, "POST", "/increment_counter")).json() == {"served": True}
-
-
-def test_merged_rows_keep_each_sessions_highest_revision():
-    row = {"owner": None, "state": "1", "expires_at": 1.0}
-    exports = [[{**row, "session_id": "a", "revision": 1}, {**row, "session_id": "b", "revision": 3}], [{**row, "session_id": "a", "revision": 4, "state": "5"}]]
-    assert merged(exports) == [{**row, "session_id": "a", "revision": 4, "state": "5"}, {**row, "session_id": "b", "revision": 3}]

@@ -206,3 +206,37 @@ def test_a_durable_server_opens_the_store_its_session_store_setting_names(tmp_pa
     with bad_store(tmp_path / "bad.sqlite3", "garbage") as bad:
         with pytest.raises(StoreError, match=f"the session store {bad} cannot be used"):
             check_store(CounterServer, counter_config(bad), "counter")
+
+
+def overflow_pages(path: Path) -> int:
+    """The pages of the store file that hold the rest of a row too long for its table page (SQLite's dbstat)."""
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        return db.execute("SELECT count(*) FROM dbstat WHERE pagetype = 'overflow'").fetchone()[0]
+
+
+def test_a_row_remembering_a_verify_reply_of_two_kilobytes_takes_no_overflow_page(store):
+    """A row with the requests it remembers is often over a kilobyte (a verify's reply, ``durable.applied``):
+    kept whole in its table's page, each write of it writes no page of its own for the rest."""
+    for index in range(40):
+        store.write(f"s{index}", WORKER, "x" * 2600)
+    store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert overflow_pages(store.path) == 0
+
+
+def test_a_store_made_without_rowids_by_an_earlier_version_is_read_and_written_alike(tmp_path: Path):
+    path = tmp_path / "counter.sqlite3"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.executescript(sqlite_store.SCHEMA.replace(");\nCREATE INDEX", ") WITHOUT ROWID;\nCREATE INDEX", 1))
+    store = SQLiteStore(path)
+    try:
+        store.write("s", WORKER, "1")
+        store.write("s", WORKER, "x" * 2600)
+        with pytest.raises(SessionTaken):
+            store.write("s", "b" * 16, "2")
+        stored = asyncio.run(store.read("s"))
+        assert (stored.owner, stored.revision, stored.state) == (WORKER, 2, "x" * 2600)
+        assert [row.session_id for row in store.export()] == ["s"]
+    finally:
+        store.close()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert "WITHOUT ROWID" in db.execute("SELECT sql FROM sqlite_master WHERE name = 'sessions'").fetchone()[0]

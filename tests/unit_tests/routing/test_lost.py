@@ -6,7 +6,7 @@ import pytest
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.routing.lost import LostSessionPolicy, LostWithOwner, Reply
-from tests.unit_tests.protocols import assert_implements
+from tests.unit_tests.conformance import assert_implements
 from tests.unit_tests.replies import answered
 
 pytestmark = pytest.mark.anyio

@@ -1,16 +1,22 @@
 """The session router: each request served here, forwarded to its owner, placed, or refused (400, 410).
 
 Two in-process workers of one server sharing a real socket directory (``pair``).
+
+Every routed reply names the worker whose public socket accepted the connection: X-NeMo-Gym-Worker.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import tempfile
 import uuid
+from unittest import mock
 
 import pytest
+from fastapi import FastAPI
+from itsdangerous import TimestampSigner
 from starlette.responses import JSONResponse
 
 from nemo_gym import SESSION_ID_KEY
@@ -18,9 +24,9 @@ from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.routing.lost import Decision, ForwardTo, Reply, ServeHere
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.transport.unix import socket_address
-from nemo_gym.sessions.worker import OWNER_KEY
+from nemo_gym.sessions.worker import OWNER_KEY, WORKER_HEADER
 from tests.session_cookies import cookie_owner, session_of, signed_session
-from tests.unit_tests.routing_workers import Caller, Worker, new_session, set_cookies
+from tests.unit_tests.routing_workers import Caller, EchoServer, Worker, new_session, set_cookies, two_workers
 
 pytestmark = pytest.mark.anyio
 
@@ -148,6 +154,26 @@ async def test_client_address_header_from_the_public_port_is_stripped(pair):
         assert "x-nemo-gym-client" not in dict(body["headers"])
 
 
+async def test_a_session_reading_header_from_the_public_port_is_stripped_and_never_taken_as_the_session(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    mine = session_of(a.server.signing_key, cookies[a.server.session_cookie])[SESSION_ID_KEY]
+    forged = {"X-NeMo-Gym-Session-Read": json.dumps({SESSION_ID_KEY: "victim", OWNER_KEY: a.server.worker_id})}
+    for worker in (a, b):  # served where it lands, and forwarded to its owner
+        body = await (await caller.post(worker, "/echo/x", cookies, headers=forged)).json()
+        assert (body["worker"], body["session_id"]) == (a.server.worker_id, mine)
+        assert "x-nemo-gym-session-read" not in dict(body["headers"])
+
+
+async def test_a_request_forwarded_to_its_sibling_owner_has_its_cookie_verified_once_on_this_host(pair):
+    a, b, caller = pair
+    cookies = await new_session(caller, a)
+    with mock.patch.object(TimestampSigner, "unsign", autospec=True, side_effect=TimestampSigner.unsign) as unsign:
+        body = await (await caller.post(b, "/echo/x", cookies)).json()
+    assert (body["worker"], body["session_id"]) == (a.server.worker_id, session_of(a.server.signing_key, cookies[a.server.session_cookie])[SESSION_ID_KEY])
+    assert unsign.call_count == 1
+
+
 async def test_nothing_in_the_routing_grows_with_sessions_served(pair):
     a, b, caller = pair
     for _ in range(50):
@@ -234,3 +260,67 @@ async def test_a_dead_owners_request_has_its_cookie_read_once(pair, monkeypatch)
     monkeypatch.setattr(router.owners.session_layer, "load", counted)
     assert (await caller.post(b, "/echo/x", cookies)).status == 200
     assert len(reads) == 1
+
+
+class ForgingServer(EchoServer):
+    """Its handler sets the worker header itself, as if to mislabel the connection."""
+
+    def setup_webserver(self) -> FastAPI:
+        app = super().setup_webserver()
+        app.post("/forge")(self.forge)
+        return app
+
+    async def forge(self) -> JSONResponse:
+        return JSONResponse({"worker": self.worker_id}, headers={WORKER_HEADER: "0123456789abcdef"})
+
+
+@pytest.fixture
+async def pair():
+    async with two_workers(ForgingServer) as workers:
+        yield workers
+
+
+async def test_a_local_reply_names_the_worker_that_served_it(pair):
+    a, b, caller = pair
+    response = await caller.post(a, "/increment")
+    assert (await response.json())["worker"] == a.server.worker_id
+    assert response.headers.getall(WORKER_HEADER) == [a.server.worker_id]
+
+
+async def test_a_forwarded_reply_names_the_receiving_worker_not_the_owner(pair):
+    a, b, caller = pair
+    first = await caller.post(a, "/increment")
+    cookies = {key: morsel.value for key, morsel in first.cookies.items()}
+    response = await caller.post(b, "/increment", cookies)
+    assert await response.json() == {"worker": a.server.worker_id, "count": 2}
+    assert response.headers.getall(WORKER_HEADER) == [b.server.worker_id]
+
+
+async def test_a_worker_header_set_by_the_app_is_replaced_locally_and_after_a_forward(pair):
+    a, b, caller = pair
+    local = await caller.post(a, "/forge")
+    cookies = {key: morsel.value for key, morsel in local.cookies.items()}
+    assert local.headers.getall(WORKER_HEADER) == [a.server.worker_id]
+    forwarded = await caller.post(b, "/forge", cookies)
+    assert (await forwarded.json())["worker"] == a.server.worker_id
+    assert forwarded.headers.getall(WORKER_HEADER) == [b.server.worker_id]
+
+
+async def test_error_replies_of_the_router_name_the_worker_too(pair):
+    a, b, caller = pair
+    first = await caller.post(a, "/increment")
+    cookie = f"{a.server.session_cookie}={first.cookies[a.server.session_cookie].value}"
+    response = await caller.post(b, "/increment", headers=[("Cookie", cookie + "; " + a.server.session_cookie + "=other")])
+    assert response.status == 400
+    assert response.headers.getall(WORKER_HEADER) == [b.server.worker_id]
+
+
+async def test_a_single_worker_server_adds_no_worker_header():
+    worker = await Worker(f"label_{uuid.uuid4().hex[:8]}", 1, None).start()
+    caller = Caller()
+    try:
+        response = await caller.post(worker, "/increment")
+        assert response.status == 200 and WORKER_HEADER not in response.headers
+    finally:
+        await caller.close()
+        await worker.stop()

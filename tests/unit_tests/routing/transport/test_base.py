@@ -1,42 +1,16 @@
-"""The transport seam: a declared protocol, and its implementations chosen by name."""
+"""The transport seam (``transport.base``): a declared protocol, which each transport implements."""
 
 from __future__ import annotations
 
-import pytest
-
-from nemo_gym.routing.transport import DEFAULT_TRANSPORT, TRANSPORTS, Transport, transport_class
-from nemo_gym.routing.transport.connection import PooledTransport
+from nemo_gym.routing.transport import Transport
 from nemo_gym.routing.transport.tcp import TcpTransport
 from nemo_gym.routing.transport.unix import UnixTransport
-from tests.unit_tests.protocols import assert_implements
+from tests.unit_tests.conformance import assert_implements
 
 
 def test_the_unix_transport_implements_every_method_of_the_protocol():
     assert_implements(UnixTransport, Transport)
 
 
-def test_a_transport_is_chosen_by_name_and_the_default_is_unix():
-    assert transport_class("unix") is UnixTransport
-    assert transport_class() is transport_class(DEFAULT_TRANSPORT) is UnixTransport
-
-
-@pytest.mark.parametrize("name", sorted(TRANSPORTS))
-def test_every_named_transport_implements_the_protocol(name, tmp_path):
-    assert_implements(transport_class(name), Transport)
-    assert isinstance(transport_class(name)(str(tmp_path)), Transport)
-
-
-def test_an_unknown_transport_name_is_refused():
-    with pytest.raises(KeyError):
-        transport_class("carrier-pigeon")
-
-
 def test_the_tcp_transport_implements_every_method_of_the_protocol():
     assert_implements(TcpTransport, Transport)
-
-
-@pytest.mark.parametrize("transport", [UnixTransport, TcpTransport], ids=lambda transport: transport.__name__)
-def test_every_transport_keeps_its_connections_in_the_one_shared_pool(transport):
-    """Connecting, giving back, forgetting and closing are written once (``connection.PooledTransport``)."""
-    assert issubclass(transport, PooledTransport)
-    assert all(name not in vars(transport) for name in ("connect", "give_back", "forget", "close"))
