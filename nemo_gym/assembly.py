@@ -55,7 +55,8 @@ from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.to_holder import ToHolder
 from nemo_gym.routing.transport import Transport, transport_class
 from nemo_gym.routing.transport.credentials import WINDOW_SECONDS, ReplicaCredentials
-from nemo_gym.routing.transport.hand_off import HandOffReceiver, HandOffs
+from nemo_gym.routing.transport.hand_off import HandOffs
+from nemo_gym.routing.transport.hand_off_receiver import HandOffReceiver
 from nemo_gym.routing.transport.tcp import TcpTransport, tls_contexts
 from nemo_gym.sessions.worker import new_worker_id
 from nemo_gym.sessions.cookie import SESSION_MAX_AGE_SECONDS, SessionCookie, SessionIdMiddleware

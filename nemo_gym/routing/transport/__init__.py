@@ -9,7 +9,8 @@
   ``unix`` (a replica's own workers still reach each other over it), built by the server, not by name.
 - ``credentials``: what a request to a forwarding port carries to prove it comes from a replica.
 - ``hand_off``: on one host, a client's connection passed whole to the worker that owns its session, beside
-  the ``unix`` transport's private sockets (a descriptor cannot cross hosts).
+  the ``unix`` transport's private sockets (a descriptor cannot cross hosts): the exchange, and its sender.
+- ``hand_off_receiver``: the worker's hand-off socket, which serves what it is handed as its public port would.
 
 A new transport is one module that implements ``Transport`` (on ``connection.PooledTransport``) and one
 line in ``TRANSPORTS``.

@@ -5,7 +5,7 @@ abstract namespace, ``unix``): a SOCK_SEQPACKET listener, so that one message is
 (SCM_RIGHTS) and the bytes together or not at all. A sender keeps one connection per sibling and never waits
 on it: a sibling whose queue is full, or that takes no connection, is told apart at once (``send`` says why),
 and the router forwards the request instead. Both ends check that the other runs as this process's user, as
-on the private socket. The receiver serves what it takes as its public port would (``adopt``): uvicorn's own
+on the private socket. The receiver (``hand_off_receiver``) serves what it takes as its public port would (``adopt``): uvicorn's own
 protocol, with the bytes fed before anything read from the socket here.
 
 The sender decides who serves a connection, in two steps: the receiver answers each hand-off it reads
@@ -21,32 +21,21 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import errno
-import logging
-import os
 import socket
-import struct
 
 from nemo_gym.metrics.meters import METERS
-from nemo_gym.process.public_server import PublicServer
 from nemo_gym.routing.transport.unix import abstract_name, same_user
 
 HAND_OFF_SUFFIX = ".hand"
 # The most a hand-off carries (a head at its limit and the body kept with it, ``protocols.handing_off``); a
 # receiver reads every message into one buffer of this size.
 MAX_MESSAGE_BYTES = 1 << 20
-# The control message of one descriptor.
-ONE_FD_SPACE = socket.CMSG_SPACE(struct.calcsize("i"))
 # What a receiver answers each hand-off with once it holds the connection, and the sender's reply to that answer.
 RECEIVED = YOURS = b"\x01"
 TAKEN_BACK = b"\x00"
 # How long a sender waits for the receiver's answer before it takes the hand-off back and forwards the request.
 ANSWER_SECONDS = 1.0
-# Hand-offs queued at a listener that has not accepted them yet.
-BACKLOG = 64
-
-logger = logging.getLogger(__name__)
 
 
 def hand_off_address(socket_dir: str, worker_id: str) -> str:
@@ -157,191 +146,3 @@ def connected(address: str) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-class HandOffReceiver:
-    """A worker's hand-off socket: takes its siblings' connections and serves each as its public server would."""
-
-    def __init__(self, socket_dir: str, worker_id: str, server: PublicServer) -> None:
-        self.address = hand_off_address(socket_dir, worker_id)
-        self.server = server
-        self.listener: socket.socket | None = None
-        # Per sibling's connection, the hand-offs answered and not yet replied to, oldest first: (descriptor, bytes).
-        self.peers: dict[socket.socket, collections.deque[tuple[int, bytes]]] = {}
-        # Per sibling's connection, the answers read and not yet sent (its socket had no room).
-        self.owed: dict[socket.socket, int] = {}
-        self.adopting: set[asyncio.Task] = set()
-        self.buffer = bytearray(MAX_MESSAGE_BYTES)
-
-    def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
-        try:
-            listener.bind(self.address)
-            listener.listen(BACKLOG)
-        except BaseException:
-            listener.close()
-            raise
-        self.listener = listener
-        loop.add_reader(listener.fileno(), self.accept)
-
-    def accept(self) -> None:
-        while True:
-            try:
-                peer, _ = self.listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as error:  # out of descriptors, say: the sender's queued hand-offs wait, or it forwards
-                logger.warning("hand-off socket accept failed: %s", error)
-                return
-            if not same_user(peer):
-                peer.close()
-                continue
-            peer.setblocking(False)
-            self.peers[peer] = collections.deque()
-            asyncio.get_running_loop().add_reader(peer.fileno(), self.read, peer)
-
-    def read(self, peer: socket.socket) -> None:
-        while True:
-            try:
-                size, ancillary, flags, _ = peer.recvmsg_into([self.buffer], ONE_FD_SPACE, socket.MSG_CMSG_CLOEXEC)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as error:
-                logger.warning("hand-off socket read failed: %s", error)
-                self.drop(peer)
-                return
-            fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS for fd in descriptors(data)]
-            if not size and not fds:
-                self.drop(peer)
-                return
-            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) > 1 or (not fds and size != 1):
-                for fd in fds:
-                    os_close(fd)
-                self.drop(peer)  # unanswered: its sender forwards what it sent
-                return
-            if not fds:  # the sender's reply to the oldest hand-off answered
-                if not self.peers[peer]:
-                    self.drop(peer)
-                    return
-                self.settle(peer)
-                continue
-            self.peers[peer].append((fds[0], bytes(self.buffer[:size])))
-            self.owed[peer] = self.owed.get(peer, 0) + 1
-            if not self.answer(peer):
-                return
-
-    def answer(self, peer: socket.socket) -> bool:
-        """Send the answers owed to ``peer``; whether all went. Where its socket has no room (a flood answered at
-        once), reading from it pauses until they went: a hand-off whose sender already replied "yours" must never
-        be closed unserved, as dropping the sibling would do."""
-        loop = asyncio.get_running_loop()
-        while self.owed.get(peer):
-            try:
-                peer.send(RECEIVED)
-            except BlockingIOError:
-                loop.remove_reader(peer.fileno())
-                loop.add_writer(peer.fileno(), self.resume, peer)
-                return False
-            except OSError:
-                self.drop(peer)
-                return False
-            self.owed[peer] -= 1
-        return True
-
-    def resume(self, peer: socket.socket) -> None:
-        if self.answer(peer):
-            loop = asyncio.get_running_loop()
-            loop.remove_writer(peer.fileno())
-            loop.add_reader(peer.fileno(), self.read, peer)
-
-    def adopt(self, fd: int, data: bytes) -> None:
-        """Serve the connection ``fd`` as if the public port had accepted it, ``data`` as its first bytes read."""
-        try:
-            client = socket.socket(fileno=fd)
-        except OSError:
-            os_close(fd)
-            return
-        if client.type != socket.SOCK_STREAM or client.family not in (socket.AF_INET, socket.AF_INET6):
-            client.close()
-            return
-        client.setblocking(False)
-        METERS.hand_offs_received.inc()
-        server = self.server
-
-        def protocol() -> asyncio.Protocol:
-            made = server.protocol(received=data)
-            if server.should_exit:
-                # Taken during a graceful stop, after uvicorn asked its connections to finish: this one finishes its request too.
-                asyncio.get_running_loop().call_soon(made.shutdown)
-            return made
-
-        task = asyncio.get_running_loop().create_task(self.connect(protocol, client))
-        self.adopting.add(task)
-        task.add_done_callback(self.adopting.discard)
-
-    @staticmethod
-    async def connect(protocol, client: socket.socket) -> None:
-        try:
-            await asyncio.get_running_loop().connect_accepted_socket(protocol, client)
-        except OSError as error:
-            logger.warning("a handed-off connection could not be served: %s", error)
-            client.close()
-
-    def drop(self, peer: socket.socket) -> None:
-        """Close a sibling's connection, and every connection it handed here that it did not say was this worker's.
-        What it said before is read first: a sender that let go of a connection it called this worker's left it here."""
-        self.drain(peer)
-        loop = asyncio.get_running_loop()
-        loop.remove_reader(peer.fileno())
-        loop.remove_writer(peer.fileno())
-        self.owed.pop(peer, None)
-        for fd, _ in self.peers.pop(peer, ()):
-            os_close(fd)
-        peer.close()
-
-    def drain(self, peer: socket.socket) -> None:
-        """Act on the sender's replies still queued on ``peer``, in order; a hand-off behind them is closed unanswered."""
-        while self.peers.get(peer):
-            try:
-                size, ancillary, _, _ = peer.recvmsg_into([self.buffer], ONE_FD_SPACE, socket.MSG_CMSG_CLOEXEC)
-            except OSError:
-                return
-            fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS for fd in descriptors(data)]
-            if fds or size != 1:
-                for fd in fds:
-                    os_close(fd)
-                if not size:
-                    return
-                continue
-            self.settle(peer)
-
-    def settle(self, peer: socket.socket) -> None:
-        """The sender's reply just read, to the oldest hand-off answered: serve it, or close it (taken back)."""
-        fd, data = self.peers[peer].popleft()
-        if self.buffer[0] == YOURS[0]:
-            self.adopt(fd, data)
-        else:
-            os_close(fd)
-
-    async def stop(self) -> None:
-        if self.listener is not None:
-            asyncio.get_running_loop().remove_reader(self.listener.fileno())
-            self.listener.close()
-            self.listener = None
-        for peer in list(self.peers):
-            self.drop(peer)
-        for task in list(self.adopting):
-            with contextlib.suppress(Exception):
-                await task
-
-
-def descriptors(data: bytes) -> list[int]:
-    """The descriptors an SCM_RIGHTS control message carries (whole ints only)."""
-    whole = len(data) - len(data) % struct.calcsize("i")
-    return list(struct.unpack(f"{whole // struct.calcsize('i')}i", data[:whole]))
-
-
-def os_close(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        os.close(fd)
