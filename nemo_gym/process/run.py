@@ -52,7 +52,7 @@ from nemo_gym.protocols.input_limits import InputLimits, LimitedHttpToolsProtoco
 from nemo_gym.process.discovery import find_server_class
 from nemo_gym.process.parent import die_with_parent, follow_parent
 from nemo_gym.routing.replica import ReplicaAddressError, advertised_host
-from nemo_gym.routing.transport.tcp import claim_forward_port
+from nemo_gym.routing.transport.replica_port import claim_forward_port
 from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir
 from nemo_gym.server import SimpleServer
 from nemo_gym.sessions.secret import SecretError, session_secret

@@ -34,7 +34,7 @@ from nemo_gym.routing.to_holder import TO_HOLDER_HEADER
 from nemo_gym.routing.request_id import ID_HEADER, SAFE_METHODS, id_of, new_id_header
 from nemo_gym.routing.transport.hand_off import HandOffs
 from nemo_gym.routing.transport.private_server import CLIENT_HEADER
-from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY
+from nemo_gym.routing.transport.replica_port import REPLICA_WORKER_SCOPE_KEY
 from nemo_gym.sessions.cookie import SESSION_READ_HEADER, SESSION_READ_SCOPE_KEY
 from nemo_gym.sessions.replies import retry_later
 from nemo_gym.sessions.worker import WORKER_HEADER, is_worker_id

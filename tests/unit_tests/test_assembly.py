@@ -12,7 +12,7 @@ from starlette.routing import Router
 from nemo_gym.protocols.input_limits import InputLimits
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.transport.private_server import PrivateServer
-from nemo_gym.routing.transport.tcp import BodyChecked
+from nemo_gym.routing.transport.replica_port import BodyChecked
 from scripts.bench import in_process
 
 

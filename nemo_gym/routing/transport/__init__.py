@@ -8,6 +8,7 @@
 - ``tcp``: the replicas of a replica set, each on its host, over their forwarding ports; used beside
   ``unix`` (a replica's own workers still reach each other over it), built by the server, not by name.
 - ``credentials``: what a request to a forwarding port carries to prove it comes from a replica.
+- ``replica_port``: a replica's forwarding port, which admits only requests with a valid credential.
 - ``hand_off``: on one host, a client's connection passed whole to the worker that owns its session, beside
   the ``unix`` transport's private sockets (a descriptor cannot cross hosts): the exchange, and its sender.
 - ``hand_off_receiver``: the worker's hand-off socket, which serves what it is handed as its public port would.

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import pytest
 
 from nemo_gym.config import free_port
-from nemo_gym.routing.transport.tcp import claim_forward_port
+from nemo_gym.routing.transport.credentials import ReplicaCredentials
+from nemo_gym.routing.transport.replica_port import claim_forward_port
 from tests.session_cookies import session_of
 from tests.unit_tests.routing_workers import Caller, EchoServer, Worker
 
@@ -87,3 +88,16 @@ async def count_of(caller: Caller, worker: Worker, cookies: dict[str, str]) -> i
     response = await caller.post(worker, "/increment", cookies)
     assert response.status == 200, await response.text()
     return (await response.json())["count"]
+
+
+def credential(
+    secret: str, path: str, replica: str, worker: str, cookie: tuple[str, str], body: bytes = b"", stamp: int | None = None
+) -> tuple[str, str]:
+    """The credential a replica makes for a POST to ``path`` with ``cookie`` and ``body``."""
+    headers = [(cookie[0].lower().encode(), cookie[1].encode())]
+    name, value = ReplicaCredentials(secret).header(b"POST", path.encode(), replica, worker, headers, [body], stamp)
+    return name.decode(), value.decode()
+
+
+def session_cookie(worker: Worker, cookies: dict[str, str]) -> tuple[str, str]:
+    return "Cookie", f"{worker.server.session_cookie}={cookies[worker.server.session_cookie]}"

@@ -27,7 +27,7 @@ from nemo_gym.protocols.input_limits import InputLimits
 from nemo_gym.routing.exchange import Exchange
 from nemo_gym.routing.transport.connection import OwnerConnection
 from nemo_gym.routing.transport.credentials import ReplicaCredentials
-from nemo_gym.routing.transport.tcp import REPLICA_WORKER_SCOPE_KEY, BodyChecked, Doorkeeper, ReplicaPortProtocol
+from nemo_gym.routing.transport.replica_port import REPLICA_WORKER_SCOPE_KEY, BodyChecked, Doorkeeper, ReplicaPortProtocol
 from nemo_gym.sessions.token import TOKEN_HEADER, TOKEN_HEADER_KEY
 from tests.unit_tests.in_process_server import serving_in_a_thread
 
