@@ -1,7 +1,7 @@
 """In-process CPU per request: the counter's app built routed, its requests served where they land, forwarded to
 a sibling, or forwarded to another replica, against routing off.
 
-    python -m scripts.bench.in_process [--episodes 2000] [--rounds 5] [--profile routed|off]
+    python -m scripts.bench.in_process [--episodes 2000] [--rounds 5] [--profile routed|off] [--files]
 
 The apps are built as a 4-worker server's workers build them (in memory, no placement), all in this
 process, and driven straight through ASGI with the same counter episodes (seed 0, +1, +2, verify 3), each
@@ -12,6 +12,9 @@ replica, the rest sent to a worker of another, over the forwarding port on loopb
 What is measured is the whole process's work per request, both ends of a hop included, with
 ``time.process_time``, in alternating rounds. It prints the median CPU per request of each row and its
 ratio to routing off. Timings are only printed, never asserted.
+
+``--files`` prints instead, per row, what a request after the seed crosses: the project's files whose code
+ran for it (both ends of a hop), and how many times a session cookie's signature was checked per request.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import asyncio
 import contextlib
 import cProfile
 import json
+import os
 import pstats
 import statistics
 import tempfile
@@ -126,7 +130,29 @@ async def rows() -> AsyncIterator[dict[str, tuple[Any, Any]]]:
 
 async def main(args: argparse.Namespace) -> None:
     async with rows() as pairs:
-        await measure(pairs, args)
+        await (crossed(pairs, args.episodes) if args.files else measure(pairs, args))
+
+
+async def crossed(apps: dict[str, Any], count: int) -> None:
+    """Per row, the project's files a request after the seed runs code of, and the cookie checks per request."""
+    for pair in apps.values():
+        await episodes(pair, 10)  # warm, as ``measure`` does
+    root = str(gym_config.REPO_ROOT) + os.sep
+    for name, (seeded, continued) in apps.items():
+        profile = cProfile.Profile()
+        for _ in range(count):
+            cookie = await request(seeded, *BODIES[0], None)
+            for path, body in BODIES[1:]:
+                profile.enable()
+                cookie = await request(continued, path, body, cookie)
+                profile.disable()
+        stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+        files = sorted({file.removeprefix(root) for file, _, _ in stats if file.startswith(root) and not file.startswith(__file__)})
+        # TimestampSigner.unsign (timed.py) checks a signature once, calling its base class's unsign within.
+        checks = sum(calls for (file, _, function), (_, calls, *_rest) in stats.items() if function == "unsign" and file.endswith("itsdangerous/timed.py"))
+        print(f"{name}: {len(files)} files, {checks / (count * (len(BODIES) - 1)):g} cookie signature checks per request")
+        for file in files:
+            print(f"    {file}")
 
 
 async def measure(apps: dict[str, Any], args: argparse.Namespace) -> None:
@@ -155,4 +181,5 @@ if __name__ == "__main__":
     parser.add_argument("--episodes", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", choices=("routed", "off"))
+    parser.add_argument("--files", action="store_true", help="print the files a request crosses per row, not its CPU")
     asyncio.run(main(parser.parse_args()))

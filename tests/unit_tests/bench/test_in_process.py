@@ -64,3 +64,24 @@ def test_each_forwarded_row_sends_every_request_after_the_seed_over_its_hop():
     after_the_seed = 2 * (len(in_process.BODIES) - 1)
     assert seen == {"forwarded to a sibling": ["worker"] * after_the_seed, "forwarded across replicas": ["replica"] * after_the_seed, "routed, direct hits": []}
 
+
+
+def test_files_lists_per_row_what_a_request_after_the_seed_crosses_and_one_cookie_check(capsys):
+    async def run() -> None:
+        async with in_process.rows() as pairs:
+            await in_process.crossed(pairs, 2)
+
+    asyncio.run(run())
+    rows: dict[str, list[str]] = {}
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("    "):
+            rows[name].append(line.strip())
+        else:
+            name, figures = line.split(": ", 1)
+            rows[name] = []
+            assert figures.endswith(" files, 1 cookie signature checks per request"), line
+    assert "nemo_gym/routing/transport/unix.py" in rows["forwarded to a sibling"]
+    assert "nemo_gym/routing/transport/tcp.py" in rows["forwarded across replicas"]
+    assert not any("/transport/" in file for file in rows["routed, direct hits"] + rows["routing off"])
+    assert "nemo_gym/routing/router.py" not in rows["routing off"]
+    assert not any(file.startswith("scripts/") for files in rows.values() for file in files)
