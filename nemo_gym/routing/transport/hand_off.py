@@ -25,7 +25,7 @@ import errno
 import socket
 
 from nemo_gym.metrics.meters import METERS
-from nemo_gym.routing.transport.unix import abstract_name, same_user
+from nemo_gym.routing.transport.unix import abstract_name, connect_same_user
 
 HAND_OFF_SUFFIX = ".hand"
 # The most a hand-off carries (a head at its limit and the body kept with it, ``protocols.handing_off``); a
@@ -137,12 +137,4 @@ def taken_back(taken: asyncio.Future, reason: str) -> None:
 
 def connected(address: str) -> socket.socket:
     """A non-blocking connection to the hand-off socket at ``address``, of a process of this user; ``OSError`` if none."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
-    try:
-        sock.connect(address)
-        if not same_user(sock):  # someone else took a dead worker's name
-            raise ConnectionRefusedError(f"the process at {address!r} runs as another user")
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+    return connect_same_user(socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC), address)

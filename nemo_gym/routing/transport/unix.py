@@ -137,19 +137,23 @@ def live_workers(socket_dir: str) -> int:
 
 async def open_connection(address: str) -> OwnerConnection:
     """A new connection to the private socket ``address``; ``OSError`` if it takes none."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # Connected here: uvloop takes no abstract name (EINVAL). A Unix socket connects at once,
+    # or fails at once (BlockingIOError while the owner's backlog is full).
+    sock = connect_same_user(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK), address)
+    _, connection = await asyncio.get_running_loop().create_unix_connection(OwnerConnection, sock=sock)
+    return connection
+
+
+def connect_same_user(sock: socket.socket, address: str) -> socket.socket:
+    """``sock`` connected to ``address``, a socket of a process of this user; closed, and ``OSError``, if not."""
     try:
-        # Connected here: uvloop takes no abstract name (EINVAL). A Unix socket connects at once,
-        # or fails at once (BlockingIOError while the owner's backlog is full).
-        sock.setblocking(False)
         sock.connect(address)
-        if not same_user(sock):  # someone else took a dead owner's name
+        if not same_user(sock):  # someone else took a dead worker's name
             raise ConnectionRefusedError(f"the process at {address!r} runs as another user")
     except BaseException:
         sock.close()
         raise
-    _, connection = await asyncio.get_running_loop().create_unix_connection(OwnerConnection, sock=sock)
-    return connection
+    return sock
 
 
 class SameUserOnly(LimitedHttpToolsProtocol):
