@@ -35,6 +35,7 @@ from nemo_gym.env import (
     WORKER_LOG_DIR_ENV,
 )
 from nemo_gym.global_config import RAY_HEAD_NODE_ADDRESS_KEY_NAME
+from nemo_gym.process.parent import children
 from nemo_gym.ray_cluster.cluster import join, leave
 from nemo_gym.ray_cluster.replicas import PlacementError, ReplicaSet
 from nemo_gym.routing.transport.unix import life_sockets, live_workers, make_socket_dir, remove_socket_dir
@@ -273,13 +274,6 @@ class Launcher:
 
 def tail(path: Path, lines: int) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
-
-
-def children(pid: int) -> set[int]:
-    try:
-        return {int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
-    except OSError:
-        return set()
 
 
 def holding_life_names(pids: set[int], socket_dir: str) -> set[int]:

@@ -1,4 +1,4 @@
-"""A process that dies with its parent: Linux's ``PR_SET_PDEATHSIG``.
+"""A process that dies with its parent (Linux's ``PR_SET_PDEATHSIG``), and a process's children.
 
 The launcher names itself in ``NEMO_GYM_PARENT_PID`` for each process it starts; such a process calls
 ``follow_parent()`` first thing: the kernel sends it SIGTERM when the launcher's thread that started
@@ -13,6 +13,7 @@ import ctypes
 import os
 import signal
 import sys
+from pathlib import Path
 
 from nemo_gym.env import PARENT_PID_ENV
 
@@ -33,3 +34,14 @@ def follow_parent() -> None:
     die_with_parent(signal.SIGTERM)
     if os.getppid() != int(parent):
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def children(pid: int) -> set[int]:
+    """The live children of process ``pid``, started by any of its threads (Linux's /proc; elsewhere none)."""
+    found: set[int] = set()
+    for listed in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            found.update(int(child) for child in listed.read_text().split())
+        except OSError:  # the thread ended
+            continue
+    return found

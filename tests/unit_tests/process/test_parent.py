@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -60,3 +61,23 @@ def test_a_process_that_follows_its_living_launcher_runs_on_and_hands_its_name_t
 def test_a_process_no_launcher_named_runs_on():
     done = run_following(None)
     assert (done.returncode, done.stdout) == (0, "None\n")
+
+
+def test_children_are_those_of_every_thread_and_only_while_they_live():
+    from nemo_gym.process.parent import children
+
+    started: list[subprocess.Popen] = []
+    thread = threading.Thread(target=lambda: started.append(subprocess.Popen(["sleep", "60"])))
+    thread.start()
+    thread.join()
+    started.append(subprocess.Popen(["sleep", "60"]))
+    try:
+        assert {child.pid for child in started} <= children(os.getpid())
+        started[0].kill()
+        started[0].wait()
+        assert started[0].pid not in children(os.getpid()) and started[1].pid in children(os.getpid())
+    finally:
+        for child in started:
+            child.kill()
+            child.wait()
+    assert children(2**22 + 1) == set()  # no such process
