@@ -10,6 +10,7 @@ needs the server's code (``nemo_gym.process.discovery``).
 from __future__ import annotations
 
 import errno
+import random
 import re
 import socket
 from collections.abc import Iterable
@@ -21,6 +22,13 @@ from nemo_gym.config import directives, files, interpolation
 from nemo_gym.config.files import ConfigError, Sources, instance_kind
 from nemo_gym.config.paths import INSTALL_ROOT, SERVER_TYPES, search_roots
 from nemo_gym.env import DEFAULT_HOST
+
+# Where ``free_port`` draws from (above the well-known services, below Linux's default ephemeral range), and how often.
+FREE_PORTS = (10000, 32767)
+FREE_PORT_TRIES = 100
+EPHEMERAL_PORTS_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+# The system's randomness, not the module's: forked processes and tests that seed ``random`` would draw alike.
+PORT_DRAW = random.SystemRandom()
 
 REPO_ROOT = INSTALL_ROOT
 INSTANCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
@@ -119,9 +127,35 @@ def config_of(instances: dict[str, Instance]) -> dict:
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
+    """A port of ``host`` that nothing holds now, drawn at random below the kernel's ephemeral range. A port of that
+    range (what binding port 0 gives) may be taken next as the source port of any outgoing connection, and then a
+    server started on it fails with "address already in use" (seen on a loaded machine with many connections)."""
+    low, high = FREE_PORTS
+    ephemeral = ephemeral_ports()
+    if ephemeral is not None:
+        high = min(high, ephemeral[0] - 1)
+    for _ in range(FREE_PORT_TRIES if low <= high else 0):
+        port = PORT_DRAW.randint(low, high)
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError as error:
+                if error.errno == errno.EADDRINUSE:
+                    continue
+                raise
+            return port
     with socket.socket() as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def ephemeral_ports() -> tuple[int, int] | None:
+    """The kernel's range of source ports for outgoing connections (Linux), or None where it cannot be read."""
+    try:
+        low, high = (int(bound) for bound in Path(EPHEMERAL_PORTS_FILE).read_text().split())
+    except (OSError, ValueError):
+        return None
+    return low, high
 
 
 def port_in_use(host: str, port: int) -> bool:
