@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import hypothesis
@@ -37,12 +38,19 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+# Where the logs of servers whose tests failed are kept (a launcher's run directory goes when it stops).
+FAILED_RUNS_DIR = Path(tempfile.gettempdir()) / "nemo_gym_failed_runs"
+
+
 @contextlib.contextmanager
-def servers_started() -> Iterator[Callable[..., Launcher]]:
+def servers_started(session: pytest.Session) -> Iterator[Callable[..., Launcher]]:
     """A function that starts a config (a mapping in the YAML shape) as real processes; all are stopped by PID at the end.
+    Where a test failed while they ran, their logs (each process's and each worker's) are kept first, and the
+    folder named.
 
     ``timeout`` defaults to the launcher's, which grows with the number of workers."""
     launchers: list[Launcher] = []
+    failed_before = session.testsfailed
 
     def start(data: dict[str, Any], extra_env: dict[str, str] | None = None, timeout: float | None = None) -> Launcher:
         instances = gym_config.parse(data)
@@ -55,18 +63,23 @@ def servers_started() -> Iterator[Callable[..., Launcher]]:
         yield start
     finally:
         for launcher in launchers:
+            if session.testsfailed > failed_before:
+                FAILED_RUNS_DIR.mkdir(exist_ok=True)
+                kept = Path(tempfile.mkdtemp(prefix=f"{launcher.run_dir.name}_", dir=FAILED_RUNS_DIR))
+                shutil.copytree(launcher.run_dir, kept, dirs_exist_ok=True, ignore_dangling_symlinks=True)
+                print(f"\nlogs of the servers of a failed test kept in {kept}")
             launcher.stop()
 
 
 @pytest.fixture
-def start_servers() -> Iterator[Callable[..., Launcher]]:
+def start_servers(request: pytest.FixtureRequest) -> Iterator[Callable[..., Launcher]]:
     """Servers for one test."""
-    with servers_started() as start:
+    with servers_started(request.session) as start:
         yield start
 
 
 @pytest.fixture(scope="module")
-def start_module_servers() -> Iterator[Callable[..., Launcher]]:
+def start_module_servers(request: pytest.FixtureRequest) -> Iterator[Callable[..., Launcher]]:
     """Servers shared by the tests of one module."""
-    with servers_started() as start:
+    with servers_started(request.session) as start:
         yield start
