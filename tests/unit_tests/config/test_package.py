@@ -13,6 +13,13 @@ from nemo_gym.process import discovery
 from tests.unit_tests.config.configs import COUNTER, TRIO, UPSTREAM_SHAPED, write
 
 
+def load_error(path) -> str:
+    """What loading the config at ``path`` fails with (it must fail with a ConfigError)."""
+    with pytest.raises(ConfigError) as error:
+        discovery.load([path])
+    return str(error.value)
+
+
 def test_defaults_are_loopback_host_a_free_port_and_one_worker(tmp_path):
     instances = discovery.load([write(tmp_path / "counter.yaml", COUNTER)])
 
@@ -27,9 +34,7 @@ def test_defaults_are_loopback_host_a_free_port_and_one_worker(tmp_path):
 
 def test_unknown_server_type_error_names_the_file_and_the_instance(tmp_path):
     path = write(tmp_path / "bad.yaml", "counter:\n  resource_servers:\n    example_session_state_mgmt: {}\n")
-    with pytest.raises(ConfigError) as error:
-        discovery.load([path])
-    message = str(error.value)
+    message = load_error(path)
     assert str(path) in message
     assert "counter" in message
     assert "unknown server type 'resource_servers'" in message
@@ -37,9 +42,7 @@ def test_unknown_server_type_error_names_the_file_and_the_instance(tmp_path):
 
 def test_ref_to_a_missing_instance_error_names_the_file_and_the_key(tmp_path):
     path = write(tmp_path / "trio.yaml", TRIO.replace("name: counter}", "name: countr}"))
-    with pytest.raises(ConfigError) as error:
-        discovery.load([path])
-    message = str(error.value)
+    message = load_error(path)
     assert str(path) in message
     assert "counter_agent.responses_api_agents.simple_agent.resources_server" in message
     assert "'countr'" in message
@@ -47,9 +50,7 @@ def test_ref_to_a_missing_instance_error_names_the_file_and_the_key(tmp_path):
 
 def test_ref_of_the_wrong_type_error_names_the_file_and_the_key(tmp_path):
     path = write(tmp_path / "trio.yaml", TRIO.replace("{type: responses_api_models, name: policy_model}", "{type: responses_api_models, name: counter}"))
-    with pytest.raises(ConfigError) as error:
-        discovery.load([path])
-    message = str(error.value)
+    message = load_error(path)
     assert str(path) in message
     assert "counter_agent.responses_api_agents.simple_agent.model_server" in message
     assert "is a resources_servers, not a responses_api_models" in message
@@ -71,9 +72,7 @@ def test_port_already_in_use_error_names_the_file_and_the_key(tmp_path):
 
 def test_bad_num_workers_error_names_the_file_and_the_key(tmp_path):
     path = write(tmp_path / "counter.yaml", COUNTER + "      num_workers: 0\n")
-    with pytest.raises(ConfigError) as error:
-        discovery.load([path])
-    message = str(error.value)
+    message = load_error(path)
     assert f"{path}: counter.resources_servers.example_session_state_mgmt.num_workers" in message
 
 
@@ -90,9 +89,7 @@ def test_two_instances_on_the_same_port_is_an_error_naming_the_file_and_the_key(
 
 def test_a_host_that_is_not_on_this_machine_is_an_error_naming_the_file_and_the_key(tmp_path):
     path = write(tmp_path / "counter.yaml", COUNTER + "      host: 192.0.2.1\n")  # TEST-NET-1: never assigned
-    with pytest.raises(ConfigError) as error:
-        discovery.load([path])
-    message = str(error.value)
+    message = load_error(path)
     assert message.startswith(f"{path}: counter.resources_servers.example_session_state_mgmt.host: cannot listen on '192.0.2.1'")
 
 
