@@ -63,7 +63,8 @@ def servers_started(session: pytest.Session) -> Iterator[Callable[..., Launcher]
         yield start
     finally:
         for launcher in launchers:
-            if session.testsfailed > failed_before:
+            # A start that failed has removed its directory already, and its error quotes the logs.
+            if session.testsfailed > failed_before and launcher.run_dir is not None and launcher.run_dir.exists():
                 FAILED_RUNS_DIR.mkdir(exist_ok=True)
                 kept = Path(tempfile.mkdtemp(prefix=f"{launcher.run_dir.name}_", dir=FAILED_RUNS_DIR))
                 shutil.copytree(launcher.run_dir, kept, dirs_exist_ok=True, ignore_dangling_symlinks=True)

@@ -78,7 +78,8 @@ class Launcher:
         self.extra_env = extra_env or {}
         # Seconds until every server answers and every worker serves; else the start fails.
         self.start_timeout = default_start_timeout(instances) if start_timeout is None else start_timeout
-        self.run_dir = Path(tempfile.mkdtemp(prefix="nemo_gym_run_"))
+        # The servers' config and logs: made by start(), removed by stop(); none for a launcher never started.
+        self.run_dir: Path | None = None
         self.processes: dict[str, subprocess.Popen] = {}
         # A socket directory per multi-worker server, made here so that stop() removes it whatever
         # became of the server's own process.
@@ -97,9 +98,10 @@ class Launcher:
     def start(self, timeout: float | None = None) -> "Launcher":
         """Start every server and wait until all serve, for ``timeout`` seconds (default: ``start_timeout``)."""
         timeout = self.start_timeout if timeout is None else timeout
-        config_path = self.run_dir / "resolved_config.json"
         # First: joining or starting a cluster may set Ray's variables (RAY_AUTH_MODE) that the servers need.
         self._connect_ray()
+        self.run_dir = Path(tempfile.mkdtemp(prefix="nemo_gym_run_"))
+        config_path = self.run_dir / "resolved_config.json"
         env = {**os.environ, **self.extra_env, CONFIG_PATH_ENV: str(config_path), HEAD_PORT_ENV: str(self.head_port)}
         # Every line a server prints is in its log at once, even if it is killed next.
         env.update({"PYTHONUNBUFFERED": "1", WORKER_LOG_DIR_ENV: str(self.run_dir)})
@@ -246,7 +248,8 @@ class Launcher:
                 pass
             process.wait()
         self.processes.clear()
-        shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self.run_dir is not None:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
         for socket_dir in self.socket_dirs.values():
             remove_socket_dir(socket_dir)
         self.socket_dirs.clear()

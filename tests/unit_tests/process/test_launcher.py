@@ -219,3 +219,26 @@ def test_a_launcher_started_then_entered_as_a_context_starts_its_servers_once(mo
     with launcher.start(timeout=60) as entered:
         assert entered is launcher
     assert sorted(spawned) == ["counter", "head"]
+
+
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch):
+    """tempfile's directory for this test alone, so a directory the launcher makes (or leaves) is seen."""
+    directory = tmp_path / "tmp"
+    directory.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(directory))
+    return directory
+
+
+def test_a_launcher_that_is_built_and_never_started_leaves_no_directory(own_tmp):
+    launcher = Launcher(gym_config.parse(COUNTER), gym_config.free_port())
+    assert launcher.resolved_config() and launcher.start_timeout
+    assert list(own_tmp.iterdir()) == []
+
+
+def test_a_start_refused_before_any_server_leaves_no_directory(own_tmp):
+    data = {"counter": {"resources_servers": {"example_session_state_mgmt": {"num_replicas": 3, "num_workers": 2}}}}
+    launcher = Launcher(gym_config.parse(data, check_ports=False), gym_config.free_port())
+    with pytest.raises(LaunchError, match="ray_head_node_address"):
+        launcher.start()
+    assert list(own_tmp.iterdir()) == []
