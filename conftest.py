@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import hypothesis
@@ -26,6 +26,7 @@ if "NEMO_GYM_STATE_DIR" not in os.environ:
 from nemo_gym import config as gym_config  # noqa: E402
 from nemo_gym.process import discovery
 from nemo_gym.process.launcher import Launcher  # noqa: E402
+from tests.failed_runs import keep_if_failed  # noqa: E402
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -36,10 +37,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-# Where the logs of servers whose tests failed are kept (a launcher's run directory goes when it stops).
-FAILED_RUNS_DIR = Path(tempfile.gettempdir()) / "nemo_gym_failed_runs"
 
 
 @contextlib.contextmanager
@@ -64,11 +61,8 @@ def servers_started(session: pytest.Session) -> Iterator[Callable[..., Launcher]
     finally:
         for launcher in launchers:
             # A start that failed has removed its directory already, and its error quotes the logs.
-            if session.testsfailed > failed_before and launcher.run_dir is not None and launcher.run_dir.exists():
-                FAILED_RUNS_DIR.mkdir(exist_ok=True)
-                kept = Path(tempfile.mkdtemp(prefix=f"{launcher.run_dir.name}_", dir=FAILED_RUNS_DIR))
-                shutil.copytree(launcher.run_dir, kept, dirs_exist_ok=True, ignore_dangling_symlinks=True)
-                print(f"\nlogs of the servers of a failed test kept in {kept}")
+            if launcher.run_dir is not None and launcher.run_dir.exists():
+                keep_if_failed(session, failed_before, launcher.run_dir.name, functools.partial(shutil.copytree, launcher.run_dir, dirs_exist_ok=True, ignore_dangling_symlinks=True))
             launcher.stop()
 
 

@@ -31,6 +31,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import site
 import subprocess
@@ -66,6 +67,10 @@ TCP_LISTEN = "0A"
 GYM_READY = "All servers are up."
 CLIENT_MODULE = "tests.hosts_client"
 GYM_LOG_TAIL_LINES = 40
+# What Hosts.keep_logs copies of a host's /tmp after a failed test: servers', workers', balancers' and Ray's
+# logs, and the configs they ran with.
+KEPT_SUFFIXES = {".log", ".out", ".err", ".yaml", ".json", ".cfg"}
+KEPT_FILE_BYTES = 20 * 2**20
 BALANCER_CONFIG = """global
     maxconn 4000
     # A line per request in the balancer's log (``balancer_cut``).
@@ -346,6 +351,25 @@ class Hosts:
             if not ready or host.holder.stdout.readline() != b"ready\n":
                 host.holder.kill()
                 raise RuntimeError(f"host {host.name}: its /tmp and /etc/hosts were not mounted: {host.holder.stderr.read1().decode()}")
+
+    def keep_logs(self, into: Path) -> None:
+        """Copy what every host's /tmp holds of logs, configs and records (a file below ``KEPT_FILE_BYTES``
+        ending in one of ``KEPT_SUFFIXES``) under ``into/HOST/``, before its /tmp goes with it; the checkout and
+        virtualenv bound into it are left out."""
+        for host in self.hosts.values():
+            if host.holder is None or host.holder.poll() is not None:
+                continue
+            top = host.path("/tmp")
+            bound = {top / Path(path).relative_to("/tmp") for path in run_from_tmp()}
+            for directory, subdirectories, files in os.walk(top):
+                subdirectories[:] = [name for name in subdirectories if Path(directory, name) not in bound]
+                for name in files:
+                    source = Path(directory, name)
+                    with contextlib.suppress(OSError):
+                        if source.suffix in KEPT_SUFFIXES and source.stat().st_size < KEPT_FILE_BYTES:
+                            target = into / host.name / source.relative_to(top)
+                            target.parent.mkdir(parents=True, exist_ok=True)
+                            shutil.copyfile(source, target)
 
     def close(self) -> None:
         """Kill every process of every host by PID, then remove each namespace (its links go with it)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.failed_runs import keep_if_failed
 from tests.hosts import Host, Hosts, HostsUnavailable, start_balancer, start_gym
 from tests.programs import lacking
 
@@ -32,16 +33,18 @@ START_TIMEOUT_SECONDS = 180
 
 
 @pytest.fixture(scope="module")
-def lan() -> Iterator[Hosts]:
+def lan(request: pytest.FixtureRequest) -> Iterator[Hosts]:
     if reason := lacking("haproxy"):
         pytest.skip(f"no balancer for the hosts here: {reason}")
     try:
         hosts = Hosts(HOST_NAMES).__enter__()
     except HostsUnavailable as error:
         pytest.skip(f"no network-namespace hosts here: {error}")
+    failed_before = request.session.testsfailed
     try:
         yield hosts
     finally:
+        keep_if_failed(request.session, failed_before, hosts.prefix + "hosts", hosts.keep_logs)
         hosts.close()
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.failed_runs import keep_if_failed
 from tests.hosts import Host, Hosts, HostsUnavailable, tail
 
 RAY_NODES = ["h1", "h2", "h3"]
@@ -69,7 +70,7 @@ def wait_listening(host: Host, port: int, process: subprocess.Popen) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[RayCluster]:
+def cluster(request: pytest.FixtureRequest) -> Iterator[RayCluster]:
     pytest.importorskip("ray", reason="ray is not installed (pip install -e '.[ray]')")
     try:
         lan = Hosts(HOST_NAMES).__enter__()
@@ -84,6 +85,8 @@ def cluster() -> Iterator[RayCluster]:
         started[nodes[0].name] = head
         for node in nodes:
             wait_listening(node, NODE_MANAGER_PORT, started[node.name])
+        failed_before = request.session.testsfailed
         yield RayCluster(lan, nodes, env)
+        keep_if_failed(request.session, failed_before, lan.prefix + "ray", lan.keep_logs)
     finally:
         lan.close()
