@@ -9,10 +9,7 @@ needs the server's code (``nemo_gym.process.discovery``).
 
 from __future__ import annotations
 
-import errno
-import random
 import re
-import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,14 +18,8 @@ from typing import Any
 from nemo_gym.config import directives, files, interpolation
 from nemo_gym.config.files import ConfigError, Sources, instance_kind
 from nemo_gym.config.paths import INSTALL_ROOT, SERVER_TYPES, search_roots
+from nemo_gym.config.ports import free_port, port_in_use
 from nemo_gym.env import DEFAULT_HOST
-
-# Where ``free_port`` draws from (above the well-known services, below Linux's default ephemeral range), and how often.
-FREE_PORTS = (10000, 32767)
-FREE_PORT_TRIES = 100
-EPHEMERAL_PORTS_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
-# The system's randomness, not the module's: forked processes and tests that seed ``random`` would draw alike.
-PORT_DRAW = random.SystemRandom()
 
 REPO_ROOT = INSTALL_ROOT
 INSTANCE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
@@ -124,51 +115,6 @@ def config_of(instances: dict[str, Instance]) -> dict:
     for instance in instances.values():
         data = merge(data, instance.to_dict())
     return data
-
-
-def free_port(host: str = DEFAULT_HOST) -> int:
-    """A port of ``host`` that nothing holds now, drawn at random below the kernel's ephemeral range. A port of that
-    range (what binding port 0 gives) may be taken next as the source port of any outgoing connection, and then a
-    server started on it fails with "address already in use" (seen on a loaded machine with many connections)."""
-    low, high = FREE_PORTS
-    ephemeral = ephemeral_ports()
-    if ephemeral is not None:
-        high = min(high, ephemeral[0] - 1)
-    for _ in range(FREE_PORT_TRIES if low <= high else 0):
-        port = PORT_DRAW.randint(low, high)
-        with socket.socket() as sock:
-            try:
-                sock.bind((host, port))
-            except OSError as error:
-                if error.errno == errno.EADDRINUSE:
-                    continue
-                raise
-            return port
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def ephemeral_ports() -> tuple[int, int] | None:
-    """The kernel's range of source ports for outgoing connections (Linux), or None where it cannot be read."""
-    try:
-        low, high = (int(bound) for bound in Path(EPHEMERAL_PORTS_FILE).read_text().split())
-    except (OSError, ValueError):
-        return None
-    return low, high
-
-
-def port_in_use(host: str, port: int) -> bool:
-    """Whether something already listens on ``host:port``; other failures (a host not on this machine) raise OSError."""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                return True
-            raise
-    return False
 
 
 def parse(data: dict, sources: dict[str, str] | None = None, check_ports: bool = True) -> dict[str, Instance]:

@@ -40,6 +40,7 @@ CONTRACTS = {
     "test_upstream_paths.py": "upstream NeMo Gym's module paths, as the compatibility reference lists them",
     "test_hosts_skips.py": "the test harness (tests/programs.py, tests/hosts.py): a test skips naming a missing program",
     "durable/test_postgres_server.py": "the test harness's PostgreSQL (tests/postgres.py)",
+    "test_failed_runs.py": "the test harness's kept logs of a failed test (tests/failed_runs.py)",
 }
 
 NOT_YET_MIRRORED: set[str] = set()

@@ -96,27 +96,3 @@ def test_a_host_that_is_not_on_this_machine_is_an_error_naming_the_file_and_the_
 def test_reserved_global_keys_and_plain_variables_are_not_instances(tmp_path):
     instances = discovery.load([write(tmp_path / "upstream.yaml", UPSTREAM_SHAPED)], roots=[gym_config.REPO_ROOT])
     assert set(instances) == {"counter", "counter_agent", "policy_model"}
-
-
-def test_a_free_port_is_drawn_below_the_ephemeral_range_where_no_outgoing_connection_can_take_it():
-    ephemeral = gym_config.ephemeral_ports()
-    if ephemeral is None:
-        pytest.skip(f"{gym_config.EPHEMERAL_PORTS_FILE} cannot be read here")
-    ports = [gym_config.free_port() for _ in range(200)]
-    assert all(gym_config.FREE_PORTS[0] <= port < ephemeral[0] for port in ports)
-    assert len(set(ports)) > 150  # drawn, not handed out in order
-
-
-def test_a_port_held_by_someone_is_never_a_free_port(monkeypatch):
-    port = next(port for port in range(20000, 30000, 2) if not gym_config.port_in_use("127.0.0.1", port) and not gym_config.port_in_use("127.0.0.1", port + 1))
-    monkeypatch.setattr(gym_config, "FREE_PORTS", (port, port + 1))
-    with socket.socket() as held:
-        held.bind(("127.0.0.1", port))
-        held.listen()
-        assert {gym_config.free_port() for _ in range(50)} == {port + 1}
-
-
-def test_free_port_falls_back_to_the_kernels_choice_where_no_port_below_the_ephemeral_range_is_left(monkeypatch):
-    monkeypatch.setattr(gym_config, "ephemeral_ports", lambda: (gym_config.FREE_PORTS[0], 60999))
-    port = gym_config.free_port()
-    assert 0 < port < 65536 and not gym_config.port_in_use("127.0.0.1", port)

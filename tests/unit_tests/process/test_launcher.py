@@ -233,7 +233,7 @@ def own_tmp(tmp_path, monkeypatch):
 def test_a_launcher_that_is_built_and_never_started_leaves_no_directory(own_tmp):
     launcher = Launcher(gym_config.parse(COUNTER), gym_config.free_port())
     assert launcher.resolved_config() and launcher.start_timeout
-    assert list(own_tmp.iterdir()) == []
+    assert list(own_tmp.glob("nemo_gym_run_*")) == []
 
 
 def test_a_start_refused_before_any_server_leaves_no_directory(own_tmp):
@@ -241,4 +241,4 @@ def test_a_start_refused_before_any_server_leaves_no_directory(own_tmp):
     launcher = Launcher(gym_config.parse(data, check_ports=False), gym_config.free_port())
     with pytest.raises(LaunchError, match="ray_head_node_address"):
         launcher.start()
-    assert list(own_tmp.iterdir()) == []
+    assert list(own_tmp.glob("nemo_gym_run_*")) == []
