@@ -11,6 +11,7 @@ import socket
 import pytest
 
 from nemo_gym import global_config
+from nemo_gym.config import free_port
 from nemo_gym.env import CONFIG_PATH_ENV
 
 
@@ -42,9 +43,7 @@ def test_find_open_port_gives_a_port_that_can_be_bound_and_is_not_disallowed(mon
 
 
 def test_find_open_port_keeps_to_the_configs_port_range(tmp_path, monkeypatch):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        low = sock.getsockname()[1]
+    low = free_port()
     (tmp_path / "config.json").write_text(json.dumps({"port_range_low": low, "port_range_high": low}))
     monkeypatch.setenv(global_config.CONFIG_PATH_ENV, str(tmp_path / "config.json"))
     global_config.get_global_config_dict.cache_clear()

@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 
 from nemo_gym import SESSION_ID_KEY
+from nemo_gym.config import free_port
 from nemo_gym.routing.replica import FORWARD_PORT_KEY, REPLICA_KEY, ReplicaPeer
 from nemo_gym.routing.transport.base import Transport
 from nemo_gym.routing.transport.credentials import AUTH_HEADER_KEY, ReplicaCredentials, body_digest
@@ -39,12 +40,6 @@ WORKER, SIBLING = "a" * 16, "b" * 16
 
 def transport(secret: str = "shared") -> TcpTransport:
     return TcpTransport(ReplicaCredentials(secret), THIS, "127.0.0.1", 0)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_a_request_to_a_replica_carries_one_credential_its_port_admits_in_place_of_the_callers():
