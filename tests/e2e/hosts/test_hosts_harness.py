@@ -170,11 +170,11 @@ def test_a_checkout_and_virtualenv_under_the_machines_tmp_are_what_the_hosts_kee
 
 def test_the_logs_a_host_kept_in_its_own_tmp_are_copied_out_leaving_out_what_was_bound_into_it(lan, monkeypatch, tmp_path):
     """What a failed test's hosts leave to read (tests/failed_runs.py): logs, configs and records below the size
-    limit, wherever in the host's /tmp; not sockets, not big files, not the checkout or virtualenv bound in."""
+    limit, wherever in the host's /tmp; not other files, not big ones, not the checkout or virtualenv bound in."""
     monkeypatch.setattr(hosts, "KEPT_FILE_BYTES", 1000)
     monkeypatch.setattr(hosts, "run_from_tmp", lambda: ["/tmp/bound_checkout"])
     written = {"gym.log": b"up", "nemo_gym_run_x/counter_worker_1.log": b"served", "ray/session/logs/raylet.out": b"raylet", "gym.yaml": b"a: 1",
-               "big.log": b"x" * 2000, "probe.sock": b"", "bound_checkout/pip.log": b"installed"}
+               "big.log": b"x" * 2000, "notes.txt": b"not a log", "bound_checkout/pip.log": b"installed"}
     for name, content in written.items():
         path = lan["h1"].path(f"/tmp/{name}")
         path.parent.mkdir(parents=True, exist_ok=True)
