@@ -13,15 +13,22 @@ import json
 import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
 from nemo_gym.client.reading import ReadingClient
 from nemo_gym.sessions.token import TOKEN_HEADER
+from resources_servers.example_session_state_mgmt.standard_clients import shared_tls
 
 # To connect, write or wait for a pooled connection: the SDK's 30 s ran out for one of 200 sequences started at once
 # through a balancer on a loaded 2-core machine; reads keep the SDK's bound for a held stream.
 CONNECT_SECONDS = 120
 FIRST_START = 100  # not 0: a counter missing on another worker also reads as 0
+
+
+def mcp_http_client(headers: dict[str, str], timeout: httpx2.Timeout | None = None) -> httpx2.AsyncClient:
+    """The SDK's client (``create_mcp_http_client``: its timeouts, no redirects followed) with the TLS context every
+    client here shares (``standard_clients.shared_tls``), which the SDK's factory takes no argument for."""
+    return httpx2.AsyncClient(headers=headers, timeout=timeout or httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT), verify=shared_tls())
 
 
 async def one_sequence(client: ReadingClient, server: str, start: int) -> int | None:
@@ -42,7 +49,7 @@ async def one_sequence(client: ReadingClient, server: str, start: int) -> int | 
 
     try:
         async with (
-            create_mcp_http_client(headers={TOKEN_HEADER: token}, timeout=httpx2.Timeout(CONNECT_SECONDS, read=MCP_DEFAULT_SSE_READ_TIMEOUT)) as http,
+            mcp_http_client({TOKEN_HEADER: token}, httpx2.Timeout(CONNECT_SECONDS, read=MCP_DEFAULT_SSE_READ_TIMEOUT)) as http,
             streamable_http_client(client.url(server, "/mcp"), http_client=http) as (read, write),
             ClientSession(read, write) as session,
         ):
