@@ -172,7 +172,8 @@ def test_the_logs_a_host_kept_in_its_own_tmp_are_copied_out_leaving_out_what_was
     """What a failed test's hosts leave to read (tests/failed_runs.py): logs, configs and records below the size
     limit, wherever in the host's /tmp; not other files, not big ones, not the checkout or virtualenv bound in."""
     monkeypatch.setattr(hosts, "KEPT_FILE_BYTES", 1000)
-    monkeypatch.setattr(hosts, "run_from_tmp", lambda: ["/tmp/bound_checkout"])
+    bound = hosts.run_from_tmp()  # a checkout or virtualenv of this run's under /tmp, bound into the hosts too
+    monkeypatch.setattr(hosts, "run_from_tmp", lambda: [*bound, "/tmp/bound_checkout"])
     written = {"gym.log": b"up", "nemo_gym_run_x/counter_worker_1.log": b"served", "ray/session/logs/raylet.out": b"raylet", "gym.yaml": b"a: 1",
                "big.log": b"x" * 2000, "notes.txt": b"not a log", "bound_checkout/pip.log": b"installed"}
     for name, content in written.items():
