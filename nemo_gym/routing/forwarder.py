@@ -168,13 +168,14 @@ class Forwarder:
 
     async def relay_under_lease(self, worker: str, exchange: Exchange, connection: OwnerConnection, body: RequestBody) -> bool:
         """``exchange.relay`` on ``connection`` (whether it may be reused), given up as ``OwnerGone`` if
-        ``worker``'s lease expires before the reply starts."""
+        ``worker``'s lease expires before the reply starts (a reply that starts while the store is asked is kept)."""
         if self.owner_expired is None:
             return await exchange.relay(connection, body)
         relaying = asyncio.ensure_future(exchange.relay(connection, body))
         try:
             while not (await asyncio.wait({relaying}, timeout=self.expiry_check_seconds))[0]:
-                if not exchange.started and exchange.replayable() and await self.owner_expired(worker):
+                # Asked again once the store answered: a reply that began meanwhile is the request's one application.
+                if not exchange.started and exchange.replayable() and await self.owner_expired(worker) and not exchange.started:
                     raise OwnerGone(worker, lease_expired=True)
             return await relaying
         finally:

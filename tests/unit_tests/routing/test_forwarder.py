@@ -26,6 +26,7 @@ from fastapi import BackgroundTasks, FastAPI, Request
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.client.reading import cookie_header
+from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.transport.unix import LifeName, is_alive, socket_address
 from nemo_gym.sessions.worker import OWNER_KEY, new_worker_id
 from resources_servers.example_session_state_mgmt import standard_clients
@@ -127,11 +128,13 @@ class PlayedOwner:
     ``ending`` says: "unread" closes the connection with the request unread (the kernel resets it,
     as when a process dies with it in its socket); "read" reads it whole, then closes. ``dying``:
     with that close the owner also stops listening, and frees its life name ``release_after`` seconds later.
+    ``answer_after``: seconds between reading a request and answering it.
     """
 
-    def __init__(self, socket_dir: str, ending: str, dying: bool = False, release_after: float = 0.0) -> None:
+    def __init__(self, socket_dir: str, ending: str, dying: bool = False, release_after: float = 0.0, answer_after: float = 0.0) -> None:
         self.worker_id = new_worker_id()
         self.ending = ending
+        self.answer_after = answer_after
         self.dying = dying
         self.release_after = release_after
         self.life_name = LifeName(socket_dir, self.worker_id)
@@ -172,6 +175,7 @@ class PlayedOwner:
     def answer(self, connection: socket.socket) -> None:
         read_request(connection)
         self.read += 1
+        self.stopped.wait(self.answer_after)
         self.answered += 1
         body = json.dumps({"answered": self.answered}).encode()
         connection.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
@@ -254,6 +258,42 @@ async def test_an_owner_that_resets_a_request_and_frees_its_life_name_a_moment_l
         async with asyncio.timeout(WAIT_SECONDS):
             status, body = await post(b.url + "/increment", cookies)
         assert status == 410 and owner.worker_id in body["detail"], body
+
+
+async def test_a_reply_that_starts_while_the_owners_lease_is_checked_is_the_callers_and_the_forward_is_not_given_up():
+    """A store slow to say the owner's lease lapsed (a hung PostgreSQL) while the owner's reply comes and is sent
+    on: that reply was the request's one application, never given up and replayed to an adopter (L19: the
+    adopter applied it again, and wrote a second reply after the first had completed)."""
+    async with worker_and_played_owner(ending="read", answer_after=0.5) as (b, owner):
+        sent: list[dict] = []
+        started = asyncio.Event()
+        checks = 0
+
+        async def send(message: dict) -> None:
+            sent.append(message)
+            if message["type"] == "http.response.start":
+                started.set()
+
+        bodies = [{"type": "http.request", "body": b"{}", "more_body": False}]
+
+        async def receive() -> dict:
+            if bodies:
+                return bodies.pop()
+            await asyncio.Event().wait()  # the caller stays
+
+        async def lease_lapsed_once_the_reply_started(worker: str) -> bool:
+            nonlocal checks
+            checks += 1
+            await started.wait()  # the store answers only after the owner's reply began
+            return True
+
+        forwarder = Forwarder(b.server.transport, owner_expired=lease_lapsed_once_the_reply_started, expiry_check_seconds=0.01)
+        scope = {"type": "http", "method": "POST", "path": "/increment", "raw_path": b"/increment", "query_string": b"", "headers": [(b"content-type", b"application/json")]}
+        async with asyncio.timeout(WAIT_SECONDS):
+            await forwarder.forward(owner.worker_id, scope, receive, send)
+        assert checks >= 1
+        assert [message["type"] for message in sent][:1] == ["http.response.start"] and sent[0]["status"] == 200
+        assert json.loads(b"".join(message.get("body", b"") for message in sent[1:])) == {"answered": 1}
 
 
 async def test_method_path_query_and_headers_arrive_unchanged(pair):
