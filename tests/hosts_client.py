@@ -113,7 +113,7 @@ async def tool_call(url: str, headers: dict[str, str], tool: str, arguments: dic
     # which every run of the client on a host paid.
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
+    from resources_servers.example_session_state_mgmt.mcp_sequences import mcp_http_client
 
     seen: list[httpx.Response] = []
 
@@ -121,7 +121,7 @@ async def tool_call(url: str, headers: dict[str, str], tool: str, arguments: dic
         seen.append(response)
 
     try:
-        async with create_mcp_http_client(headers=headers) as http:
+        async with mcp_http_client(headers) as http:
             http.event_hooks["response"].append(keep)
             async with streamable_http_client(url + "/mcp", http_client=http) as (read, write), ClientSession(read, write) as session:
                 await session.initialize()

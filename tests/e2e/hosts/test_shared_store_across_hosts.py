@@ -93,12 +93,13 @@ START = 1000
 REQUEST_BOUND_SECONDS = 60
 POLL_SECONDS = 0.01
 # PostgreSQL hung (SIGSTOP) past every owner lease, so that reads get 503 too once the leases lapse.
-STORE_FROZEN_SECONDS = 20
+STORE_FROZEN_SECONDS = 24
 STORE_SESSIONS = 120
 # A write waits at most three store deadlines (the forwarding worker's check of the owner's lease, the owner's
-# renewal of its own, its commit) and what two shared, loaded cores make late; the freeze is longer, so a write
-# that waits out the store is caught.
-WRITE_BOUND_SECONDS = 3 * STORE_TIMEOUT_SECONDS + 3
+# renewal of its own, its commit) and what two shared, loaded cores make late, the client's own process included
+# (L19: 64 writes at 18.7 to 18.9 s as the client timed them, none over 17 s at the balancer, against 3 s of slack);
+# the freeze is longer, so a write that waits out the store is caught.
+WRITE_BOUND_SECONDS = 3 * STORE_TIMEOUT_SECONDS + 6
 HEALTH_BOUND_SECONDS = 5
 HEALTH_INTERVAL_SECONDS = 0.5
 # A 503 that says the request was not applied (every other 503 leaves it unknown).

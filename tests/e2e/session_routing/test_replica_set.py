@@ -48,7 +48,9 @@ def replica_set(start_module_servers, tmp_path_factory):
     binary = shutil.which("haproxy")
     if binary is None:
         pytest.skip("haproxy is not installed")
-    settings = {"num_workers": WORKERS, "session_secret": SECRET, "durable_sessions": False}
+    # Placed: a replica's new sessions spread over its workers by placement, not by which worker the kernel gave the
+    # connection (L19, on a loaded machine: all 20 of one replica's on one worker).
+    settings = {"num_workers": WORKERS, "session_secret": SECRET, "durable_sessions": False, "place_sessions": True}
     launchers = [start_module_servers({NAME: {"resources_servers": {COUNTER: settings}}}, timeout=120) for _ in range(REPLICAS)]
     urls = [launcher.instances[NAME].url for launcher in launchers]
     balancer = HAProxy(binary, urls, free_port(), tmp_path_factory.mktemp("haproxy"), name="replicas", sticky=False)
@@ -130,7 +132,8 @@ def test_every_episode_of_every_standard_client_keeps_its_count_through_round_ro
 
 
 def test_sessions_live_on_every_replica_and_every_worker(replica_set):
-    """Round robin spreads new sessions: the episodes above crossed hosts, not one replica's workers."""
+    """Round robin spreads new sessions over the replicas, placement over each replica's workers: the episodes above
+    crossed hosts, not one replica's workers."""
     launchers, url = replica_set
     owners = [session_of(KEY, cookie[COOKIE]) for cookie in asyncio.run(seed(url, 60))]
     assert len({owner[REPLICA_KEY] for owner in owners}) == REPLICAS
