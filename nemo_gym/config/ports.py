@@ -82,9 +82,12 @@ def reserved(directory: Path, port: int) -> bool:
         return False
 
 
-def bindable(host: str, port: int) -> bool:
-    """Whether a socket could bind ``host:port`` now (no SO_REUSEADDR: a port with connections still closing is not taken)."""
+def bindable(host: str, port: int, reuse_address: bool = False) -> bool:
+    """Whether a socket could bind ``host:port`` now; without ``reuse_address`` (SO_REUSEADDR) a port with connections
+    still closing is taken too. Failures other than the port being in use (a host not on this machine) raise OSError."""
     with socket.socket() as sock:
+        if reuse_address:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as error:
@@ -105,12 +108,4 @@ def ephemeral_ports() -> tuple[int, int] | None:
 
 def port_in_use(host: str, port: int) -> bool:
     """Whether something already listens on ``host:port``; other failures (a host not on this machine) raise OSError."""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                return True
-            raise
-    return False
+    return not bindable(host, port, reuse_address=True)
