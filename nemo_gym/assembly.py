@@ -198,10 +198,13 @@ class Assembly:
             running.push_async_callback(self.replicas.close)
         if self.hand_offs is not None:
             running.callback(self.hand_offs.close)
-        if self.hand_offs is not None and (public := public_server.current()) is not None:
-            # Taking the siblings' connections from before the life name is held; uvicorn's own server (one worker,
-            # a test's) gives no way to serve them, and siblings then forward.
-            receiver = HandOffReceiver(self.socket_dir, self.worker_id, public)
+        # The siblings' connections to the public port, and to the forwarding port in a replica set, served here.
+        public = public_server.current()
+        ports = {} if self.replicas is None else {self.replicas.forward_port: self.replicas.port_server}
+        if self.hand_offs is not None and (public is not None or ports):
+            # Taking them from before the life name is held; uvicorn's own server (one worker, a test's) gives no
+            # way to serve its port's, and siblings then forward.
+            receiver = HandOffReceiver(self.socket_dir, self.worker_id, public, ports)
             receiver.start()
             running.push_async_callback(receiver.stop)
         # Other workers reach this one's sessions only once its own start-up is done.

@@ -19,15 +19,19 @@ import uvicorn
 _current: PublicServer | None = None
 
 
-class PublicServer(uvicorn.Server):
+class TakesConnections(uvicorn.Server):
+    """A uvicorn server that serves connections it did not accept (a replica's forwarding port's too, ``transport.tcp``)."""
+
+    def protocol(self, **options: Any) -> asyncio.Protocol:
+        """A protocol for a connection of this server's port, as uvicorn's own factory makes it (``options``: the protocol's own)."""
+        return self.config.http_protocol_class(config=self.config, server_state=self.server_state, app_state=self.lifespan.state, **options)
+
+
+class PublicServer(TakesConnections):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         global _current
         _current = self  # before the lifespan, in which the worker starts taking hand-offs
         await super().startup(sockets=sockets)
-
-    def protocol(self, **options: Any) -> asyncio.Protocol:
-        """A protocol for a connection of the public port, as uvicorn's own factory makes it (``options``: the protocol's own)."""
-        return self.config.http_protocol_class(config=self.config, server_state=self.server_state, app_state=self.lifespan.state, **options)
 
 
 def current() -> PublicServer | None:

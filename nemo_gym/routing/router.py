@@ -169,7 +169,8 @@ class SessionRouter:
 
     async def from_replica(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A request another replica forwarded here (its credential checked, ``transport.tcp``): served here
-        if this worker owns its session, else sent on to the owner worker of this replica."""
+        if this worker owns its session, else sent on to the owner worker of this replica: its connection handed
+        there (the sending replica keeps it for that worker's requests), or the request forwarded."""
         worker = scope.pop(REPLICA_WORKER_SCOPE_KEY)
         try:
             session = self.owners.named_session(scope)
@@ -183,7 +184,7 @@ class SessionRouter:
             await JSONResponse(status_code=400, content={"detail": detail})(scope, receive, send)
         elif worker == self.worker_id:
             await self.app(scope, receive, send)
-        else:
+        elif not await self.handed_off(worker, scope):
             await self.forward(self.forwarder, worker, session, scope, receive, self.owners.keeping_session(scope, send))
 
     async def start_session(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -150,24 +150,31 @@ class OwnerConnection(asyncio.Protocol):
 
 class PooledTransport:
     """The connection half of every ``Transport``, written once: kept-alive connections to each peer, the one
-    used last used first. A transport says where it reaches a peer (``address``: the name its connections
-    are kept under) and opens a new connection there (``open_connection``, raising ``OSError`` if it takes
-    none); connecting, giving back, forgetting a dead peer and closing are the same for every transport."""
+    used last used first. A transport says where it reaches a peer (``address``) and opens a new connection
+    there (``open_connection``, raising ``OSError`` if it takes none); its connections are kept under the peer's
+    address and, there, under its ``pool`` (by default the address too); connecting, giving back, forgetting a
+    dead peer (every connection to its address) and closing are the same for every transport."""
 
     keep_alive_seconds = FORWARD_KEEP_ALIVE_SECONDS
 
     def __init__(self) -> None:
-        self.pools: dict[str, list[OwnerConnection]] = {}
+        self.pools: dict[str, dict[Any, list[OwnerConnection]]] = {}
 
     def address(self, peer: Any) -> str:
         raise NotImplementedError
 
+    def pool(self, peer: Any) -> Any:
+        """What a peer's kept connections are kept under at its address, and reused for."""
+        return self.address(peer)
+
     async def open_connection(self, address: str) -> OwnerConnection:
         raise NotImplementedError
 
+    def idle(self, peer: Any) -> list[OwnerConnection]:
+        return self.pools.setdefault(self.address(peer), {}).setdefault(self.pool(peer), [])
+
     async def connect(self, peer: Any, fresh: bool = False) -> OwnerConnection:
-        address = self.address(peer)
-        idle = self.pools.setdefault(address, [])
+        idle = self.idle(peer)
         if not fresh:
             now = asyncio.get_running_loop().time()
             while idle:
@@ -176,20 +183,22 @@ class PooledTransport:
                     connection.sent = connection.replied = False
                     return connection
                 connection.close()
-        return await self.open_connection(address)
+        return await self.open_connection(self.address(peer))
 
     def give_back(self, peer: Any, connection: OwnerConnection) -> None:
         connection.idle_since = asyncio.get_running_loop().time()
-        self.pools.setdefault(self.address(peer), []).append(connection)
+        self.idle(peer).append(connection)
 
     def forget(self, peer: Any) -> None:
-        for connection in self.pools.pop(self.address(peer), ()):
-            connection.close()
-
-    async def close(self) -> None:
-        for idle in self.pools.values():
+        for idle in self.pools.pop(self.address(peer), {}).values():
             for connection in idle:
                 connection.close()
+
+    async def close(self) -> None:
+        for pools in self.pools.values():
+            for idle in pools.values():
+                for connection in idle:
+                    connection.close()
         self.pools.clear()
 
 

@@ -1,7 +1,8 @@
 """A worker's hand-off socket: the receiver's side of the exchange ``hand_off`` describes.
 
-It takes its siblings' connections, answers each, and serves those its sender says are its own as its public
-server would: uvicorn's own protocol, with the bytes handed fed before anything read from the socket here.
+It takes its siblings' connections, answers each, and serves those its sender says are its own as the server of
+the port that accepted it would (the public port's; in a replica set, the forwarding port's): uvicorn's own protocol,
+with the bytes handed fed before anything read from the socket here.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import socket
 import struct
 
 from nemo_gym.metrics.meters import METERS
-from nemo_gym.process.public_server import PublicServer
+from nemo_gym.process.public_server import TakesConnections
 from nemo_gym.routing.transport.hand_off import MAX_MESSAGE_BYTES, RECEIVED, YOURS, hand_off_address
 from nemo_gym.routing.transport.unix import same_user
 
@@ -28,11 +29,13 @@ logger = logging.getLogger(__name__)
 
 
 class HandOffReceiver:
-    """A worker's hand-off socket: takes its siblings' connections and serves each as its public server would."""
+    """A worker's hand-off socket: takes its siblings' connections and serves each as the server of its port would:
+    ``public`` (None: one that is none of this worker's), or the one of ``ports`` (port -> server) that accepted it."""
 
-    def __init__(self, socket_dir: str, worker_id: str, server: PublicServer) -> None:
+    def __init__(self, socket_dir: str, worker_id: str, public: TakesConnections | None, ports: dict[int, TakesConnections] | None = None) -> None:
         self.address = hand_off_address(socket_dir, worker_id)
-        self.server = server
+        self.public = public
+        self.ports = ports or {}
         self.listener: socket.socket | None = None
         # Per sibling's connection, the hand-offs answered and not yet replied to, oldest first: (descriptor, bytes).
         self.peers: dict[socket.socket, collections.deque[tuple[int, bytes]]] = {}
@@ -124,7 +127,7 @@ class HandOffReceiver:
             loop.add_reader(peer.fileno(), self.read, peer)
 
     def adopt(self, fd: int, data: bytes) -> None:
-        """Serve the connection ``fd`` as if the public port had accepted it, ``data`` as its first bytes read."""
+        """Serve the connection ``fd`` as if this worker's server of its port had accepted it, ``data`` as its first bytes read."""
         try:
             client = socket.socket(fileno=fd)
         except OSError:
@@ -133,9 +136,12 @@ class HandOffReceiver:
         if client.type != socket.SOCK_STREAM or client.family not in (socket.AF_INET, socket.AF_INET6):
             client.close()
             return
+        server = self.ports.get(client.getsockname()[1], self.public)
+        if server is None:
+            client.close()
+            return
         client.setblocking(False)
         METERS.hand_offs_received.inc()
-        server = self.server
 
         def protocol() -> asyncio.Protocol:
             made = server.protocol(received=data)

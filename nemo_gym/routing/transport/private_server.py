@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from nemo_gym.protocols.input_limits import InputLimits, LimitedHttpToolsProtocol
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
+from nemo_gym.process.public_server import TakesConnections
 from nemo_gym.sessions.cookie import SESSION_READ_HEADER, SESSION_READ_SCOPE_KEY
 
 # The forwarding worker's note of the caller's address; trusted only on arrival here.
@@ -70,7 +71,7 @@ def restore(scope: Scope, trusts_readings: bool) -> None:
     scope["headers"] = headers
 
 
-class _EmbeddedServer(uvicorn.Server):
+class _EmbeddedServer(TakesConnections):
     """A uvicorn server that leaves signal handling to the worker's own server."""
 
     def capture_signals(self) -> contextlib.AbstractContextManager[None]:

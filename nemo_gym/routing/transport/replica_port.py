@@ -20,7 +20,7 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from nemo_gym.protocols.input_limits import LimitedHttpToolsProtocol
+from nemo_gym.protocols.handing_off import HandingOffProtocol
 from nemo_gym.routing.exchange import replaying
 from nemo_gym.routing.transport.credentials import AUTH_HEADER, AUTH_HEADER_KEY, ReplicaCredentials, body_digest
 
@@ -86,11 +86,13 @@ class Doorkeeper:
         return self.credentials.admit(values[0], method, target, self.replica, headers, length)
 
 
-class ReplicaPortProtocol(LimitedHttpToolsProtocol):
+class ReplicaPortProtocol(HandingOffProtocol):
     """The forwarding port's HTTP protocol: the public port's limits, and the ``Doorkeeper``'s admission.
 
     A head is checked as soon as it is complete: without a valid credential, 401 and the connection closed
-    before any of its body is read; with one, the credential's worker and body digest go into the scope."""
+    before any of its body is read; with one, the credential's worker and body digest go into the scope.
+    Its connections can be handed to another worker of the replica as the public port's are (``handing_off``):
+    the receiver reads the same bytes, and checks their credential again."""
 
     def __init__(self, *args: Any, doorkeeper: Doorkeeper, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -99,6 +101,8 @@ class ReplicaPortProtocol(LimitedHttpToolsProtocol):
         self.unauthorized = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        # A handed connection's bytes are read once it is counted, so that its credential uncounts it.
+        received, self.received = self.received, b""
         super().connection_made(transport)
         if self.doorkeeper.full():
             self.done = True
@@ -107,6 +111,8 @@ class ReplicaPortProtocol(LimitedHttpToolsProtocol):
             return
         self.doorkeeper.unauthenticated += 1
         self.counted = True
+        if received:
+            self.data_received(received)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.uncount()

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 
 from starlette.types import ASGIApp, Scope
 
+from nemo_gym.process.public_server import TakesConnections
 from nemo_gym.protocols.input_limits import InputLimits
 from nemo_gym.routing.exchange import Stamp
 from nemo_gym.routing.replica import ReplicaPeer, owner_label, parse_replica
@@ -59,8 +60,8 @@ def tls_contexts(certfile: str, keyfile: str, ca_file: str) -> tuple[ssl.SSLCont
 
 class TcpTransport(PooledTransport):
     """The ``Transport`` of one replica's worker to the other replicas. A peer is a ``ReplicaPeer``: a worker of
-    another replica, reached at that replica's forwarding address (``host:port``), under which its connections
-    are kept (shared by the replica's workers) and its liveness is known. Each request to a peer carries a
+    another replica, reached at that replica's forwarding address (``host:port``), under which its liveness is
+    known; its connections are kept per worker (``pool``). Each request to a peer carries a
     credential for it, which this transport stamps (``stamper``).
 
     ``replica`` is this replica's own (public) address, which credentials name; its forwarding port
@@ -88,6 +89,8 @@ class TcpTransport(PooledTransport):
         self.client_tls = client_tls
         self.server_tls = server_tls
         self.refused: set[str] = set()
+        # The forwarding port's server while it serves: it takes the connections this replica's other workers hand here.
+        self.port_server: TakesConnections | None = None
         # Replica address -> when the first of its unbroken run of silent connects began.
         self.silent_since: dict[str, float] = {}
 
@@ -122,6 +125,11 @@ class TcpTransport(PooledTransport):
 
     def address(self, peer: ReplicaPeer) -> str:
         return peer.address
+
+    def pool(self, peer: ReplicaPeer) -> str:
+        """Per worker: a connection the replica's forwarding port gave to another of its workers is handed to the
+        worker its request was for (``SessionRouter.from_replica``), and kept for that worker's requests."""
+        return peer.worker
 
     def is_alive(self, peer: ReplicaPeer) -> bool:
         """False once the replica refused its latest connection, or has been silent for ``dead_after_seconds``."""
@@ -183,7 +191,9 @@ class TcpTransport(PooledTransport):
         # read. ``app`` is the router's entrance, which cancels a handler whose caller left itself.
         private = PrivateServer(app, limits.for_replicas(), protocol, tls=self.server_tls, guard=BodyChecked, trusts_readings=True, cancels=False)
         await private.start(reuse_port_socket(self.bind_host, self.forward_port))
+        self.port_server = private.server
         try:
             yield
         finally:
+            self.port_server = None
             await private.stop()

@@ -27,6 +27,7 @@ from nemo_gym.sessions.cookie import session_cookie_name
 from nemo_gym.sessions.worker import WORKER_HEADER
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes
 from tests.e2e.session_routing.test_standard_clients import EPISODE_CLIENTS, EPISODES
+from tests.unit_tests.metrics.scrape import metric, summed
 
 COUNTER = "example_session_state_mgmt"
 NAME = "counter_hand_off"
@@ -72,7 +73,7 @@ class Connection:
         self.write(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         response = http.client.HTTPResponse(self)
         response.begin()
-        return summed(response.read().decode(), name, labels)
+        return summed(response.read().decode(), name, **labels)
 
     def post(self, path: str, payload: dict, cookie: str | None = None) -> tuple[int, str, dict, str | None]:
         self.write(request(path, payload, cookie))
@@ -135,24 +136,6 @@ def on_every_worker(port: int, start: int = 0) -> dict[str, tuple[Connection, st
 def close_all(found: dict[str, tuple[Connection, str]]) -> None:
     for connection, _ in found.values():
         connection.close()
-
-
-def metric(url: str, name: str, **labels: str) -> float:
-    """The sum over the instance's workers of ``name``'s samples that carry ``labels``."""
-    connection = http.client.HTTPConnection(url.split("//")[1], timeout=TIMEOUT_SECONDS)
-    connection.request("GET", "/metrics")
-    try:
-        return summed(connection.getresponse().read().decode(), name, labels)
-    finally:
-        connection.close()
-
-
-def summed(text: str, name: str, labels: dict[str, str]) -> float:
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(name + "{") and all(f'{key}="{value}"' in line for key, value in labels.items())
-    )
 
 
 def test_a_connection_moves_to_the_worker_whose_session_it_names_and_stays_there(counter):

@@ -31,6 +31,7 @@ from nemo_gym.sessions.secret import instance_key
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, run_episodes
 from scripts.bench.haproxy import HAProxy
 from tests.session_cookies import session_of
+from tests.unit_tests.metrics.scrape import metric
 
 COUNTER = "example_session_state_mgmt"
 NAME = "counter"
@@ -138,6 +139,20 @@ def test_sessions_live_on_every_replica_and_every_worker(replica_set):
     owners = [session_of(KEY, cookie[COOKIE]) for cookie in asyncio.run(seed(url, 60))]
     assert len({owner[REPLICA_KEY] for owner in owners}) == REPLICAS
     assert len({(owner[REPLICA_KEY], owner[OWNER_KEY]) for owner in owners}) == REPLICAS * WORKERS
+
+
+def test_a_request_forwarded_from_another_replica_reaches_its_owner_worker_with_no_second_hop_on_the_owners_host(replica_set):
+    """The kernel gives a forwarding port's connection to either worker of the owner's replica; one that reaches the
+    other worker is handed to the owner (its connection, as on the public port), and the sending replica keeps it for
+    that worker's sessions: the owner's host forwards none of them to a sibling, and every count is kept."""
+    launchers, _ = replica_set
+    owner_url, via_url = (launchers[index].instances[NAME].url for index in (0, 1))
+    cookies = asyncio.run(seed(owner_url, 20, start=100))
+    assert len({session_of(KEY, cookie[COOKIE])[OWNER_KEY] for cookie in cookies}) == WORKERS
+    forwarded = metric(owner_url, "nemo_gym_requests_forwarded_total", hop="worker")
+    results = asyncio.run(add_and_read(via_url, cookies))
+    assert results == [(200, 100 + index + 1) for index in range(len(cookies))]
+    assert metric(owner_url, "nemo_gym_requests_forwarded_total", hop="worker") == forwarded
 
 
 def test_gyms_client_sends_each_session_to_its_owner_replica_and_crosses_no_host(replica_set):

@@ -367,12 +367,12 @@ async def test_busy_owner_keeps_its_pooled_connections_and_requests_in_flight(pa
     session_id = session_of(a.server.signing_key, cookies[a.server.session_cookie])[SESSION_ID_KEY]
     in_flight = asyncio.ensure_future(caller.post(b, "/hang", cookies))  # holds b's pooled connection to a
     await asyncio.sleep(0.3)
-    pool = b.server.transport.pools[a.server.worker_id]
+    pool = b.server.transport.idle(a.server.worker_id)
     b.server.forwarder.busy_wait_seconds = 0.5
     try:
         with unreachable(b, a):
             assert (await caller.post(b, "/increment", cookies)).status == 503
-            assert b.server.transport.pools[a.server.worker_id] is pool
+            assert b.server.transport.idle(a.server.worker_id) is pool
             assert not in_flight.done() and session_id not in EchoServer.cancelled
     finally:
         in_flight.cancel()

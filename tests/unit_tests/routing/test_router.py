@@ -180,7 +180,7 @@ async def test_nothing_in_the_routing_grows_with_sessions_served(pair):
         cookies = await new_session(caller, a)
         assert (await (await caller.post(b, "/increment", cookies)).json())["count"] == 2
     assert list(b.server.transport.pools) == [a.server.worker_id]
-    assert len(b.server.transport.pools[a.server.worker_id]) == 1  # one request at a time: one connection
+    assert len(b.server.transport.idle(a.server.worker_id)) == 1  # one request at a time: one connection
     assert a.server.transport.pools == {}
 
 

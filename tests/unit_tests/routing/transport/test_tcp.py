@@ -67,17 +67,22 @@ async def test_a_silent_replica_is_busy_and_its_503_says_how_long_until_it_count
     assert f"Replica {OTHER}" in detail and "for 3 s" in detail and "30 s (peer_dead_after_seconds)" in detail
 
 
-async def test_a_replicas_workers_share_its_kept_connections():
+async def test_a_replicas_kept_connections_serve_the_worker_they_were_kept_for_and_a_dead_replicas_are_all_dropped():
+    """A kept connection reaches the worker its last request was handed to (``SessionRouter.from_replica``): it is
+    reused for that worker's requests only. A replica found dead is gone whole: every connection to it is dropped."""
     server = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
     address = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
     tcp = transport()
     try:
         connection = await tcp.connect(ReplicaPeer(WORKER, OTHER, address))
         tcp.give_back(ReplicaPeer(WORKER, OTHER, address), connection)
-        assert await tcp.connect(ReplicaPeer(SIBLING, OTHER, address)) is connection
-        tcp.give_back(ReplicaPeer(SIBLING, OTHER, address), connection)
+        other = await tcp.connect(ReplicaPeer(SIBLING, OTHER, address))
+        assert other is not connection
+        tcp.give_back(ReplicaPeer(SIBLING, OTHER, address), other)
+        assert await tcp.connect(ReplicaPeer(WORKER, OTHER, address)) is connection
+        tcp.give_back(ReplicaPeer(WORKER, OTHER, address), connection)
         tcp.forget(ReplicaPeer(WORKER, OTHER, address))
-        assert tcp.pools == {} and connection.closed
+        assert tcp.pools == {} and connection.closed and other.closed
     finally:
         await tcp.close()
         server.close()
