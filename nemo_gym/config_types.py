@@ -111,6 +111,7 @@ class BaseRunServerConfig(BaseServerConfig, CatalogSettings):
     # Off switch for hand-off (on by default): a request for another worker's session, on a plain connection
     # of the public port with nothing of it under way here, hands the connection itself to that worker of this
     # host, which replies straight to the client (docs/routing.md "Hand-off"); off, such requests are forwarded.
+    # In a replica set it also switches the relay of other replicas' sessions' requests as bytes (docs/replicas.md).
     hand_off: bool = True
     # Off switch for durable sessions (on for routed servers whose class declares ``session_states``).
     durable_sessions: bool = True

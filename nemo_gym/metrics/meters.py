@@ -51,6 +51,7 @@ class Meters:
         self.forward_seconds: dict[str, Any] = dict.fromkeys(HOPS, IDLE)
         self.hand_offs_sent: Any = IDLE
         self.hand_offs_received: Any = IDLE
+        self.relayed: Any = IDLE
         self.not_handed_off: dict[str, Any] = {}
         self.responses: dict[int, Any] = {}
         self.ended: dict[str, Any] = {}
@@ -98,6 +99,11 @@ class Meters:
         received = Counter("nemo_gym_hand_offs_received", "Connections a sibling worker handed to this one.", ["worker"], registry=registry)
         self.hand_offs_sent = sent.labels(worker=self.worker)
         self.hand_offs_received = received.labels(worker=self.worker)
+        relayed = Counter(
+            "nemo_gym_forwards_relayed", "Forwards to another replica relayed as bytes by the public port's protocol, never an ASGI request here.",
+            ["worker"], registry=registry,
+        )
+        self.relayed = relayed.labels(worker=self.worker)
         self._not_handed_off = Counter(
             "nemo_gym_forwards_not_handed_off", "Requests forwarded to a worker of this host instead of handing it their connection, by reason.",
             ["worker", "reason"], registry=registry,

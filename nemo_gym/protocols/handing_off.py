@@ -11,6 +11,9 @@ other seam: a request's cycle is made inside the parser's callbacks and the raw 
 
 A connection handed to this worker comes with the bytes the sender read (``received``), fed to the parser
 before anything read from the socket here, so the owner parses the head again and nothing else.
+
+A request whose head is parsed is offered, before its app starts, to what the lifespan state holds under
+``RELAYS_STATE_KEY`` (``routing.relay``: a request of another replica's session, relayed as bytes).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from uvicorn.protocols.utils import is_ssl
 from nemo_gym.protocols.input_limits import InputLimits, LimitedHttpToolsProtocol
 
 CONNECTION_EXTENSION = "nemo_gym.connection"
+# In the lifespan state (the protocol's ``app_state``): what may take a request before its app is started
+# (``routing.relay``): called with the protocol, the request's cycle and its app, it returns whether it took it.
+RELAYS_STATE_KEY = "nemo_gym.relays"
 # On the first request of a connection a sibling handed to this worker: it was sent here to be served here (where
 # placement chose, for a request that starts a session), not passed on again.
 HANDED_EXTENSION = "nemo_gym.handed"
@@ -116,3 +122,13 @@ class HandingOffProtocol(LimitedHttpToolsProtocol):
     def on_response_complete(self) -> None:
         self.kept = None
         super().on_response_complete()
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        """A request whose head is parsed (or that waited behind another) is offered to the relay before its app starts."""
+        relays = self.app_state.get(RELAYS_STATE_KEY)
+        if relays is None or not self.plain or app is not self.app or not relays(self, cycle, app):
+            super()._start_asgi_task(cycle, app)
+
+    def serve_in_app(self, cycle: Any, app: Any) -> None:
+        """Start ``app`` for a request the relay took and gives back (its body read whole into ``cycle``)."""
+        super()._start_asgi_task(cycle, app)

@@ -13,6 +13,8 @@ A request crosses these modules top to bottom, and none of them imports ``nemo_g
 - ``forwarder``: sending a request to its owner through the transport; it raises what went wrong.
 - ``hop_tracing``: each forward a span of the request's trace, where OpenTelemetry is set up.
 - ``exchange``: one forwarded request: the body streamed up, the reply streamed back as ASGI messages.
+- ``relay``: a request for another replica's session taken by the public port's protocol before any layer sees
+  it, and relayed as bytes on a kept connection to its owner; anything else it leaves to the router.
 - ``to_holder``: a request whose MCP token names a worker that no longer holds its session (another host
   took it over while that worker's lease was lapsed) is sent on to the holder the store names.
 - ``lost``: the ``LostSessionPolicy`` seam (serve here, forward to another owner, or reply), and the

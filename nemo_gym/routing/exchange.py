@@ -73,9 +73,7 @@ class Exchange:
     async def relay(self, connection: OwnerConnection, body: RequestBody) -> bool:
         """Send the request on ``connection`` and stream the reply back; whether the connection may be reused."""
         scope = self.scope
-        headers = [(name, value) for name, value in scope["headers"] if name not in HOP_BY_HOP and name not in REFRAMED]
-        if scope.get("client"):
-            headers.append((CLIENT_HEADER, b"%s:%d" % (scope["client"][0].encode(), scope["client"][1])))
+        headers = forwarded_headers(scope)
         if isinstance(body, bytes):
             headers.append((b"content-length", b"%d" % len(body)))
         elif isinstance(body, list):
@@ -171,6 +169,15 @@ class Exchange:
         if not self.finished:
             self.caller_left = True
             relaying.cancel()
+
+
+def forwarded_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
+    """The request's headers as a forward sends them, before its framing: less the hop-by-hop ones and the caller's
+    framing, with the caller's address (the owner's ``request.client``)."""
+    headers = [(name, value) for name, value in scope["headers"] if name not in HOP_BY_HOP and name not in REFRAMED]
+    if scope.get("client"):
+        headers.append((CLIENT_HEADER, b"%s:%d" % (scope["client"][0].encode(), scope["client"][1])))
+    return headers
 
 
 def replaying(receive: Receive, *taken: Message) -> Receive:

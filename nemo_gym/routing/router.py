@@ -122,6 +122,22 @@ class SessionRouter:
             response = JSONResponse(status_code=400, content={"detail": "the session names an owner worker that is not a worker ID"})
             await response(scope, receive, send)
 
+    def replica_peer(self, scope: Scope) -> ReplicaPeer | None:
+        """The worker of another replica that a request's session names, for a request the router would only forward
+        there (``__call__``), asked by the relay (``routing.relay``) before any layer sees the request; None for any
+        other, which the router then takes as ever. The session read is left in the scope, as ``__call__`` leaves it."""
+        if self.replica_forwarder is None or scope["path"] in self.start_paths:
+            return None
+        try:
+            session = self.owners.named_session(scope)
+        except AmbiguousSession:
+            return None
+        owner = owner_of(session)
+        if owner is None or owner == self.worker_id or not is_worker_id(owner):
+            return None
+        peer = route(owner, session, self.replica)
+        return peer if isinstance(peer, ReplicaPeer) else None
+
     async def handed_off(self, owner: str, scope: Scope) -> bool:
         """Whether the request's connection went to ``owner``, a worker of this host, which replies to the client
         itself; counted either way (a forward, by the reason it was not handed off). Asked before any of the

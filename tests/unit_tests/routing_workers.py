@@ -28,6 +28,7 @@ class EchoServer(SimpleResourcesServer):
     """Tells who handled a request and what arrived; keeps a per-session counter; can stream and hang."""
 
     cancelled: ClassVar[list[str]] = []
+    hanging: ClassVar[list[str]] = []
 
     def setup_webserver(self) -> FastAPI:
         app = super().setup_webserver()
@@ -73,6 +74,7 @@ class EchoServer(SimpleResourcesServer):
         return StreamingResponse(pieces(), media_type="application/octet-stream", headers={"x-worker": self.worker_id or ""})
 
     async def hang(self, request: Request) -> dict[str, str]:
+        EchoServer.hanging.append(request.session[SESSION_ID_KEY])
         try:
             await asyncio.sleep(60)
         except asyncio.CancelledError:

@@ -29,6 +29,9 @@ class Transport(Protocol):
         """A connection to ``peer``'s listener: a kept-alive one, or (``fresh``, or none kept) a new
         one. ``OSError`` if the peer takes no connection now; then nothing of a request was sent."""
 
+    def kept(self, peer: Any) -> OwnerConnection | None:
+        """A kept-alive connection to ``peer``'s listener, if one is usable now (never a new one: it answers at once)."""
+
     def give_back(self, peer: Any, connection: OwnerConnection) -> None:
         """Keep a connection whose reply was read whole, for the peer's next request."""
 

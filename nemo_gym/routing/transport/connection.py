@@ -57,6 +57,9 @@ class OwnerConnection(asyncio.Protocol):
         # a host gone from the network), and what to call then (the TCP transport notes the replica silent).
         self.timed_out = False
         self.on_timeout: Callable[[], None] | None = None
+        # Where a relayed request's reply goes (``routing.relay``): called with each piece read, and with b"" when the
+        # connection ends, its events left for it to take (``take_events``); None: they wait for ``next_event``.
+        self.tap: Callable[[bytes], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -68,6 +71,11 @@ class OwnerConnection(asyncio.Protocol):
         except httptools.HttpParserError as error:
             self.push(("broken", ConnectionBroken(f"the owner's reply is not HTTP: {error}")))
             self.close()
+            data = b""
+        if self.tap is not None:
+            self.tap(data)
+            return
+        if self.closed:
             return
         if self.read_ahead > READ_AHEAD_BYTES and self.reading:
             self.reading = False
@@ -81,6 +89,8 @@ class OwnerConnection(asyncio.Protocol):
             self.on_timeout()
         self.writable.set()
         self.push(("broken", ConnectionBroken(f"the owner closed the connection: {exc!r}" if exc else "the owner closed the connection")))
+        if self.tap is not None:
+            self.tap(b"")
 
     def pause_writing(self) -> None:
         self.writable.clear()
@@ -109,6 +119,13 @@ class OwnerConnection(asyncio.Protocol):
 
     def has_event(self) -> bool:
         return bool(self.events)
+
+    def take_events(self) -> list[tuple[Any, ...]]:
+        """Every event read and not yet taken (the tap's way to them)."""
+        events = list(self.events)
+        self.events.clear()
+        self.read_ahead = 0
+        return events
 
     async def next_event(self) -> tuple[Any, ...]:
         """The next piece of the reply: ("start", status, headers), ("body", bytes) or ("end", keep_alive)."""
@@ -173,16 +190,21 @@ class PooledTransport:
     def idle(self, peer: Any) -> list[OwnerConnection]:
         return self.pools.setdefault(self.address(peer), {}).setdefault(self.pool(peer), [])
 
-    async def connect(self, peer: Any, fresh: bool = False) -> OwnerConnection:
+    def kept(self, peer: Any) -> OwnerConnection | None:
+        """A kept connection to ``peer`` that is still usable, taken from its pool; None if none is."""
         idle = self.idle(peer)
-        if not fresh:
-            now = asyncio.get_running_loop().time()
-            while idle:
-                connection = idle.pop()
-                if connection.is_usable() and now - connection.idle_since < self.keep_alive_seconds:
-                    connection.sent = connection.replied = False
-                    return connection
-                connection.close()
+        now = asyncio.get_running_loop().time()
+        while idle:
+            connection = idle.pop()
+            if connection.is_usable() and now - connection.idle_since < self.keep_alive_seconds:
+                connection.sent = connection.replied = False
+                return connection
+            connection.close()
+        return None
+
+    async def connect(self, peer: Any, fresh: bool = False) -> OwnerConnection:
+        if not fresh and (connection := self.kept(peer)) is not None:
+            return connection
         return await self.open_connection(self.address(peer))
 
     def give_back(self, peer: Any, connection: OwnerConnection) -> None:

@@ -155,6 +155,37 @@ def test_a_request_forwarded_from_another_replica_reaches_its_owner_worker_with_
     assert metric(owner_url, "nemo_gym_requests_forwarded_total", hop="worker") == forwarded
 
 
+async def kept_alive(url: str, cookies: list[dict[str, str]], rounds: int) -> list[tuple[int, object]]:
+    """For each session, ``rounds`` times: add 1, then read the count, over a few kept-alive connections to ``url``."""
+    connector = aiohttp.TCPConnector(limit=4)
+    async with aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=60)) as http:
+        results: list[tuple[int, object]] = []
+        for _ in range(rounds):
+            for cookie in cookies:
+                async with http.post(f"{url}/increment_counter", json={"count": 1}, cookies=cookie) as reply:
+                    assert reply.status == 200, await reply.text()
+            for cookie in cookies:
+                async with http.post(f"{url}/get_counter_value", json={}, cookies=cookie) as reply:
+                    body = await reply.json()
+                    results.append((reply.status, body.get("count", body.get("detail"))))
+        return results
+
+
+def test_a_request_for_another_replicas_session_is_relayed_as_bytes_once_a_connection_to_its_owner_is_kept(replica_set):
+    """The receiving worker's protocol relays it (no ASGI request there) whenever a connection to the owner worker is
+    kept; only the first to each owner worker from each receiving worker opens one, through the ASGI forward."""
+    launchers, _ = replica_set
+    owner_url, via_url = (launchers[index].instances[NAME].url for index in (0, 1))
+    cookies = asyncio.run(seed(owner_url, 10, start=200))
+    relayed = metric(via_url, "nemo_gym_forwards_relayed_total")
+    forwarded = metric(via_url, "nemo_gym_requests_forwarded_total", hop="replica")
+    results = asyncio.run(kept_alive(via_url, cookies, rounds=3))
+    assert results == [(200, 200 + index + 1 + round_) for round_ in range(3) for index in range(len(cookies))]
+    requests = 3 * 2 * len(cookies)
+    assert metric(via_url, "nemo_gym_requests_forwarded_total", hop="replica") == forwarded + requests
+    assert metric(via_url, "nemo_gym_forwards_relayed_total") >= relayed + requests - WORKERS * WORKERS
+
+
 def test_gyms_client_sends_each_session_to_its_owner_replica_and_crosses_no_host(replica_set):
     """Given the balancer's URL, the owner pool sends a session's later requests to its owner replica's own
     address: each is answered by a worker of that replica (the reply names the worker that took it)."""
