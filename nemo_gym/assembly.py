@@ -45,7 +45,7 @@ from nemo_gym.middleware.body_limit import BodyLimit
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.middleware.errors import ServerErrorsAsJson
 from nemo_gym.process import public_server
-from nemo_gym.protocols.handing_off import RELAYS_STATE_KEY
+from nemo_gym.protocols.handing_off import TAKERS_STATE_KEY
 from nemo_gym.protocols.input_limits import InputLimits
 from nemo_gym.routing.forwarder import Forwarder
 from nemo_gym.routing.lost import LostWithOwner
@@ -56,6 +56,7 @@ from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.to_holder import ToHolder
 from nemo_gym.routing.transport import Transport, transport_class
 from nemo_gym.routing.transport.credentials import WINDOW_SECONDS, ReplicaCredentials
+from nemo_gym.routing.early_hand_off import EarlyHandOff
 from nemo_gym.routing.relay import Relays
 from nemo_gym.routing.transport.hand_off import HandOffs
 from nemo_gym.routing.transport.hand_off_receiver import HandOffReceiver
@@ -200,12 +201,14 @@ class Assembly:
             running.push_async_callback(self.replicas.close)
         if self.hand_offs is not None:
             running.callback(self.hand_offs.close)
-        # The siblings' connections to the public port, and to the forwarding port in a replica set, served here.
         public = public_server.current()
-        if self.relays_replicas(public):
-            # The other replicas' sessions' requests relayed as bytes by the public port's protocol (``routing.relay``).
-            public.lifespan.state[RELAYS_STATE_KEY] = Relays(self.router, config.max_body_bytes)
-            running.callback(public.lifespan.state.pop, RELAYS_STATE_KEY, None)
+        if public is not None and self.hand_offs is not None:
+            # Taken by the public port's protocol before any layer sees them: the siblings' sessions' requests handed off at
+            # once (``routing.early_hand_off``); the other replicas' relayed as bytes (``routing.relay``).
+            takers = [EarlyHandOff(self.router, self.hand_offs)] + ([Relays(self.router, config.max_body_bytes)] if self.relays_replicas() else [])
+            public.lifespan.state[TAKERS_STATE_KEY] = takers
+            running.callback(public.lifespan.state.pop, TAKERS_STATE_KEY, None)
+        # The siblings' connections to the public port, and to the forwarding port in a replica set, served here.
         ports = {} if self.replicas is None else {self.replicas.forward_port: self.replicas.port_server}
         if self.hand_offs is not None and (public is not None or ports):
             # Taking them from before the life name is held; uvicorn's own server (one worker, a test's) gives no
@@ -224,10 +227,10 @@ class Assembly:
             self.placement.open()
             running.callback(self.placement.close)
 
-    def relays_replicas(self, public: public_server.PublicServer | None) -> bool:
-        """Whether this worker relays the requests of the other replicas' sessions as bytes: a replica whose public port hands
-        off (``hand_off``), whose forwards take no lease checks or checkpoint gate (durable sessions) and no span (tracing)."""
-        return public is not None and self.hand_offs is not None and self.to_replicas is not None and self.durable is None and self.to_replicas.tracer is None
+    def relays_replicas(self) -> bool:
+        """Whether this worker relays the requests of the other replicas' sessions as bytes: a replica whose forwards take
+        no lease checks or checkpoint gate (durable sessions) and no span (tracing)."""
+        return self.to_replicas is not None and self.durable is None and self.to_replicas.tracer is None
 
     async def shutdown(self) -> None:
         """In the reverse order of ``startup``."""

@@ -33,6 +33,14 @@ class PublicServer(TakesConnections):
         _current = self  # before the lifespan, in which the worker starts taking hand-offs
         await super().startup(sockets=sockets)
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        global _current
+        try:
+            await super().shutdown(sockets=sockets)
+        finally:
+            if _current is self:
+                _current = None  # a stopped server serves no connection a sibling hands over
+
 
 def current() -> PublicServer | None:
     """This process's public server, once it starts; None where uvicorn's own server serves (one worker, in-process tests)."""

@@ -13,7 +13,8 @@ A connection handed to this worker comes with the bytes the sender read (``recei
 before anything read from the socket here, so the owner parses the head again and nothing else.
 
 A request whose head is parsed is offered, before its app starts, to what the lifespan state holds under
-``RELAYS_STATE_KEY`` (``routing.relay``: a request of another replica's session, relayed as bytes).
+``TAKERS_STATE_KEY``: a request of a sibling's session handed off at once (``routing.early_hand_off``), one of
+another replica's session relayed as bytes (``routing.relay``).
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from uvicorn.protocols.utils import is_ssl
 from nemo_gym.protocols.input_limits import InputLimits, LimitedHttpToolsProtocol
 
 CONNECTION_EXTENSION = "nemo_gym.connection"
-# In the lifespan state (the protocol's ``app_state``): what may take a request before its app is started
-# (``routing.relay``): called with the protocol, the request's cycle and its app, it returns whether it took it.
-RELAYS_STATE_KEY = "nemo_gym.relays"
+# In the lifespan state (the protocol's ``app_state``): what may take a request before its app is started, in order
+# (``routing.early_hand_off``, ``routing.relay``): each called with the protocol, the request's cycle and its app, it
+# returns whether it took the request.
+TAKERS_STATE_KEY = "nemo_gym.takers"
 # On the first request of a connection a sibling handed to this worker: it was sent here to be served here (where
 # placement chose, for a request that starts a session), not passed on again.
 HANDED_EXTENSION = "nemo_gym.handed"
@@ -52,6 +54,8 @@ class HandingOffProtocol(LimitedHttpToolsProtocol):
         self.opening = False
         self.first_scope: dict | None = None
         self.first_cycle: Any = None
+        # A request whose connection a sibling refused, and why.
+        self.declined: tuple[dict, str] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -88,15 +92,17 @@ class HandingOffProtocol(LimitedHttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()
-        if self.scope is self.first_scope and self.cycle is not None and self.cycle.scope is self.scope:
-            self.first_cycle = self.cycle
+        self.note_first(self.cycle)
 
-    async def give_away(self, scope: dict, send: Callable[[int, bytes], Awaitable[str | None]]) -> str | None:
-        """Give the connection of ``scope``'s request away with ``send(fd, bytes read)``, which returns once the
-        receiver took it; None once given, else why not (the request then goes on here, nothing of it lost).
+    def note_first(self, cycle: Any) -> None:
+        if self.scope is self.first_scope and cycle is not None and cycle.scope is self.scope:
+            self.first_cycle = cycle
 
-        Nothing more is read here meanwhile. Once given, this process's descriptor is closed (the connection lives
-        on in the receiver's) and nothing more of it is read, parsed or written here; the request's app sees a disconnect."""
+    def offer(self, scope: dict) -> str | tuple[int, bytes]:
+        """The connection of ``scope``'s request, offered to a sibling: its descriptor and the bytes read from it (nothing
+        more is read here until ``settle``); or why it cannot be (a sibling's refusal of this very request included)."""
+        if self.declined is not None and self.declined[0] is scope:
+            return self.declined[1]
         if not self.plain:
             return "tls"
         cycle = self.first_cycle
@@ -106,28 +112,47 @@ class HandingOffProtocol(LimitedHttpToolsProtocol):
             return "large"
         data, self.kept = b"".join(self.kept), None
         self.flow.pause_reading()
-        reason = await send(self.transport.get_extra_info("socket").fileno(), data)
+        return self.transport.get_extra_info("socket").fileno(), data
+
+    def settle(self, scope: dict, reason: str | None) -> None:
+        """An offer's outcome. Given (None): this process's descriptor is closed (the connection lives on in the
+        receiver's) and nothing more of it is read, parsed or written here; the request's app, if it runs, sees a
+        disconnect. Refused (why not): the request goes on here, nothing of it lost, and reading resumes."""
         if reason is not None:
+            self.declined = (scope, reason)
             if not self.transport.is_closing():
                 self.flow.resume_reading()
-            return reason
+            return
         self.done = True
         self.disarm()
-        for cycle in (cycle, self.cycle, *(queued for queued, _ in self.pipeline)):
+        for cycle in (self.first_cycle, self.cycle, *(queued for queued, _ in self.pipeline)):
             cycle.disconnected = True
         self.pipeline.clear()
         self.transport.close()
-        return None
+
+    async def give_away(self, scope: dict, send: Callable[[int, bytes], Awaitable[str | None]]) -> str | None:
+        """Give the connection of ``scope``'s request away with ``send(fd, bytes read)``, which returns once the
+        receiver took it; None once given, else why not (``offer``, ``settle``)."""
+        offered = self.offer(scope)
+        if isinstance(offered, str):
+            return offered
+        reason = await send(*offered)
+        self.settle(scope, reason)
+        return reason
 
     def on_response_complete(self) -> None:
         self.kept = None
         super().on_response_complete()
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
-        """A request whose head is parsed (or that waited behind another) is offered to the relay before its app starts."""
-        relays = self.app_state.get(RELAYS_STATE_KEY)
-        if relays is None or not self.plain or app is not self.app or not relays(self, cycle, app):
-            super()._start_asgi_task(cycle, app)
+        """A request whose head is parsed (or that waited behind another) is offered to the takers before its app starts."""
+        takers = self.app_state.get(TAKERS_STATE_KEY)
+        if takers and self.plain and app is self.app:
+            self.note_first(cycle)
+            for take in takers:
+                if take(self, cycle, app):
+                    return
+        super()._start_asgi_task(cycle, app)
 
     def serve_in_app(self, cycle: Any, app: Any) -> None:
         """Start ``app`` for a request the relay took and gives back (its body read whole into ``cycle``)."""

@@ -15,6 +15,8 @@ A request crosses these modules top to bottom, and none of them imports ``nemo_g
 - ``exchange``: one forwarded request: the body streamed up, the reply streamed back as ASGI messages.
 - ``relay``: a request for another replica's session taken by the public port's protocol before any layer sees
   it, and relayed as bytes on a kept connection to its owner; anything else it leaves to the router.
+- ``early_hand_off``: a request for a sibling's session taken by the public port's protocol before any layer sees
+  it, its connection handed to its owner then; one the owner refuses goes on to the router.
 - ``to_holder``: a request whose MCP token names a worker that no longer holds its session (another host
   took it over while that worker's lease was lapsed) is sent on to the holder the store names.
 - ``lost``: the ``LostSessionPolicy`` seam (serve here, forward to another owner, or reply), and the

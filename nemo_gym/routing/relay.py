@@ -4,7 +4,7 @@ Forwarded through the router (``Exchange``), a request whose session another rep
 a whole ASGI request: a cycle and a task, the layers in front of the router, the reply turned into ASGI messages and
 written again by uvicorn. Instead, the public port's protocol offers each request, once its head is parsed and before
 its app starts (``protocols.handing_off``, through the lifespan state), to ``Relays``. When the router would only forward
-it to another replica (``SessionRouter.replica_peer``) and a connection to the owner worker is kept
+it to another replica (``SessionRouter.owner_elsewhere``) and a connection to the owner worker is kept
 (``PooledTransport.kept``), the request goes up on that connection as the forward writes it (the same headers, the
 caller's address, the session read here, the request's id, the replica credential), and the reply comes back as the
 bytes the owner wrote, straight to the caller's socket. Only the reply's framing is parsed (httptools), and its head
@@ -37,12 +37,10 @@ from nemo_gym.routing.replica import ReplicaPeer
 from nemo_gym.routing.request_id import ID_HEADER, SAFE_METHODS, new_id_header
 from nemo_gym.routing.router import WORKER_HEADER_KEY, SessionRouter, labelled, with_reading
 from nemo_gym.routing.transport.connection import OwnerConnection, request_head
-from nemo_gym.routing.transport.private_server import CLIENT_HEADER
-from nemo_gym.sessions.cookie import SESSION_READ_HEADER
 from nemo_gym.sessions.replies import retry_later
 
 # Request headers that leave a request to the ASGI path (any ``x-forwarded-*`` too).
-NOT_RELAYED = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"forwarded", CLIENT_HEADER, SESSION_READ_HEADER})
+NOT_RELAYED = frozenset({b"transfer-encoding", b"expect", b"upgrade", b"forwarded"})
 HOP = "replica"
 
 
@@ -75,8 +73,8 @@ class Relays:
                 return False
         if length is not None and length > self.max_body_bytes:
             return False
-        peer = self.router.replica_peer(scope)
-        if peer is None:
+        peer = self.router.owner_elsewhere(scope)
+        if not isinstance(peer, ReplicaPeer):
             return False
         connection = self.transport.kept(peer)
         if connection is None:

@@ -122,12 +122,16 @@ class SessionRouter:
             response = JSONResponse(status_code=400, content={"detail": "the session names an owner worker that is not a worker ID"})
             await response(scope, receive, send)
 
-    def replica_peer(self, scope: Scope) -> ReplicaPeer | None:
-        """The worker of another replica that a request's session names, for a request the router would only forward
-        there (``__call__``), asked by the relay (``routing.relay``) before any layer sees the request; None for any
-        other, which the router then takes as ever. The session read is left in the scope, as ``__call__`` leaves it."""
-        if self.replica_forwarder is None or scope["path"] in self.start_paths:
+    def owner_elsewhere(self, scope: Scope) -> str | ReplicaPeer | None:
+        """Where a request's session lives, for a request the router would only hand off or forward there (``__call__``):
+        a sibling worker of this host, or a worker of another replica. Asked by what takes a request before any layer
+        sees it (``routing.early_hand_off``, ``routing.relay``); None for any other request, which the router then takes
+        as ever. The session read is left in the scope, as ``__call__`` leaves it."""
+        if scope["path"] in self.start_paths:
             return None
+        for name, _ in scope["headers"]:
+            if name == CLIENT_HEADER or name == SESSION_READ_HEADER:
+                return None
         try:
             session = self.owners.named_session(scope)
         except AmbiguousSession:
@@ -135,8 +139,7 @@ class SessionRouter:
         owner = owner_of(session)
         if owner is None or owner == self.worker_id or not is_worker_id(owner):
             return None
-        peer = route(owner, session, self.replica)
-        return peer if isinstance(peer, ReplicaPeer) else None
+        return route(owner, session, self.replica)
 
     async def handed_off(self, owner: str, scope: Scope) -> bool:
         """Whether the request's connection went to ``owner``, a worker of this host, which replies to the client

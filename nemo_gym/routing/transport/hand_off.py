@@ -53,16 +53,22 @@ class HandOffs:
         self.waiting: dict[str, collections.deque[asyncio.Future]] = {}
 
     async def send(self, worker_id: str, fd: int, data: bytes) -> str | None:
-        """Pass ``fd`` and ``data`` to ``worker_id``; None once it took them, else why not. Never blocks the loop:
-        a queue that is full or a sibling without a hand-off socket is told at once."""
+        """Pass ``fd`` and ``data`` to ``worker_id``; None once it took them, else why not (``offer``)."""
+        taken = self.offer(worker_id, fd, data)
+        if isinstance(taken, str):
+            return taken
+        return await taken  # cancelled with its request: taken back too
+
+    def offer(self, worker_id: str, fd: int, data: bytes) -> str | asyncio.Future:
+        """Pass ``fd`` and ``data`` to ``worker_id``: why not at once (a queue that is full, a sibling without a hand-off
+        socket: never blocks the loop), or what resolves to None once the sibling took them, or to why not (taken
+        back: unanswered within ``ANSWER_SECONDS``, or the sibling gone)."""
         reason, taken = self.post(worker_id, fd, data)
         if taken is None:
             return reason
         late = asyncio.get_running_loop().call_later(ANSWER_SECONDS, taken_back, taken, "unanswered")
-        try:
-            return await taken  # cancelled with its request: taken back too
-        finally:
-            late.cancel()
+        taken.add_done_callback(lambda _: late.cancel())
+        return taken
 
     def post(self, worker_id: str, fd: int, data: bytes) -> tuple[str | None, asyncio.Future | None]:
         """Send a hand-off without waiting: (why not, None), or (None, what the receiver's answer resolves to)."""

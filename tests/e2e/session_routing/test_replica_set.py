@@ -163,7 +163,8 @@ async def kept_alive(url: str, cookies: list[dict[str, str]], rounds: int) -> li
         for _ in range(rounds):
             for cookie in cookies:
                 async with http.post(f"{url}/increment_counter", json={"count": 1}, cookies=cookie) as reply:
-                    assert reply.status == 200, await reply.text()
+                    # Read whole: a reply left unread closes its connection, and a forward whose caller left is not counted.
+                    assert reply.status == 200 and await reply.read(), await reply.text()
             for cookie in cookies:
                 async with http.post(f"{url}/get_counter_value", json={}, cookies=cookie) as reply:
                     body = await reply.json()

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.anyio
 TIMEOUT_SECONDS = 10
 
 
-async def test_the_server_is_current_when_its_app_starts_and_makes_the_protocol_its_connections_get():
+async def test_the_server_is_current_from_when_its_app_starts_until_it_stops_and_makes_the_protocol_its_connections_get():
     seen = []
 
     async def app(scope, receive, send) -> None:
@@ -43,3 +43,4 @@ async def test_the_server_is_current_when_its_app_starts_and_makes_the_protocol_
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, TIMEOUT_SECONDS)
+    assert public_server.current() is None  # stopped: a later app in this process finds no server that is gone

@@ -20,7 +20,7 @@ from prometheus_client import generate_latest
 
 from nemo_gym.config import free_port
 from nemo_gym.metrics.meters import METERS
-from nemo_gym.protocols.handing_off import RELAYS_STATE_KEY, HandingOffProtocol
+from nemo_gym.protocols.handing_off import TAKERS_STATE_KEY, HandingOffProtocol
 from nemo_gym.protocols.input_limits import InputLimits
 from nemo_gym.routing.relay import Relays
 from nemo_gym.sessions.worker import WORKER_HEADER
@@ -44,7 +44,7 @@ async def relaying(worker: Worker) -> AsyncIterator[types.SimpleNamespace]:
         async with asyncio.timeout(TIMEOUT_SECONDS):
             while not server.started:
                 await asyncio.sleep(0.01)
-        server.lifespan.state[RELAYS_STATE_KEY] = Relays(worker.server._assembly.router, worker.server.config.max_body_bytes)
+        server.lifespan.state[TAKERS_STATE_KEY] = [Relays(worker.server._assembly.router, worker.server.config.max_body_bytes)]
         yield types.SimpleNamespace(url=f"http://127.0.0.1:{config.port}", port=config.port, worker_id=worker.server.worker_id)
     finally:
         server.should_exit = True
