@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import socket
+import threading
 import types
 from collections.abc import AsyncIterator
 
@@ -182,3 +183,66 @@ async def test_a_caller_that_leaves_a_relayed_request_cancels_its_owners_handler
             while session_id not in EchoServer.cancelled:
                 await asyncio.sleep(0.02)
         assert relayed() == before  # counted only once its reply went whole
+
+
+def kept_connection(via_worker: Worker, owner: Worker):
+    """The one connection ``via_worker`` keeps to ``owner`` (its replica's forwarding port), left in its pool."""
+    transport = via_worker.server._assembly.replicas
+    [connection] = [kept for pools in transport.pools.values() for kept in pools.get(owner.server.worker_id, [])]
+    return connection
+
+
+async def test_a_kept_connection_the_owner_closed_while_the_body_came_sends_the_request_through_the_router_on_a_new_one():
+    async with replica_set() as ((r1, r2), caller):
+        owner = r1.workers[0]
+        async with relaying(r2.workers[0]) as via:
+            cookies = await new_session(caller, owner)
+            await increment(caller, via, cookies)
+            connection = kept_connection(r2.workers[0], owner)
+            before = relayed()
+            cookie = f"{owner.server.session_cookie}={cookies[owner.server.session_cookie]}"
+            request = raw_request("/increment", cookie)
+            head, body = request[: request.index(b"\r\n\r\n") + 4], request[request.index(b"\r\n\r\n") + 4 :]
+
+            def send_in_two() -> dict:
+                with socket.create_connection(("127.0.0.1", via.port), timeout=TIMEOUT_SECONDS) as sock:
+                    sock.sendall(head)
+                    closing.wait(TIMEOUT_SECONDS)
+                    sock.sendall(body)
+                    return read_replies(sock, 1)[0]
+
+            closing = threading.Event()
+            replied = asyncio.ensure_future(asyncio.to_thread(send_in_two))
+            async with asyncio.timeout(TIMEOUT_SECONDS):
+                while not kept_connection_taken(r2.workers[0], owner, connection):  # taken by the relay once the head came
+                    await asyncio.sleep(0.01)
+            connection.close()
+            closing.set()
+            reply = await replied
+            assert reply == {"worker": owner.server.worker_id, "count": 3}
+            assert relayed() == before
+
+
+def kept_connection_taken(via_worker: Worker, owner: Worker, connection) -> bool:
+    transport = via_worker.server._assembly.replicas
+    return all(connection not in pools.get(owner.server.worker_id, []) for pools in transport.pools.values())
+
+
+async def test_a_relayed_request_whose_connection_breaks_after_it_was_sent_gets_503_with_retry_after_and_its_cookie():
+    async with replica_set() as ((r1, r2), caller):
+        owner = r1.workers[0]
+        async with relaying(r2.workers[0]) as via:
+            cookies = await new_session(caller, owner)
+            await increment(caller, via, cookies)
+            connection = kept_connection(r2.workers[0], owner)
+            session_id = (await (await caller.post(owner, "/echo/x", cookies)).json())["session_id"]
+            replied = asyncio.ensure_future(caller.post(via, "/hang", cookies))
+            async with asyncio.timeout(TIMEOUT_SECONDS):
+                while session_id not in EchoServer.hanging:
+                    await asyncio.sleep(0.02)
+            connection.close()  # as a connection that breaks under a request the owner has read
+            response = await replied
+            assert response.status == 503 and response.headers["Retry-After"]
+            assert response.headers[WORKER_HEADER] == via.worker_id
+            assert any(value.startswith(owner.server.session_cookie + "=") for value in response.headers.getall("Set-Cookie"))
+            assert "Idempotency-Key" in (await response.json())["detail"]
