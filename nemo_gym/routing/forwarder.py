@@ -28,6 +28,16 @@ FIRST_RETRY_PAUSE_SECONDS = 0.005
 LAST_RETRY_PAUSE_SECONDS = 0.25
 
 
+def outcome_unknown(owner: str, error: Exception) -> str:
+    """The 503's detail for a request whose connection to ``owner`` (a worker, as a reply names it) broke after it was sent
+    and before its reply started: the owner may have applied it."""
+    return (
+        f"Forwarding to worker {owner}, which owns this session, broke before its reply ({error!r}), so whether this "
+        "request took effect is unknown. Retry it with the same Idempotency-Key: a request its session applied "
+        "already gets its first reply again, never a second application."
+    )
+
+
 class OwnerGone(Exception):
     """The owner's process is dead (the transport says so), and the request never reached it.
 
@@ -116,12 +126,7 @@ class Forwarder:
                 if await self.transport.proves_dead(peer):
                     self.transport.forget(peer)
                     raise OwnerDied(worker) from error
-                detail = (
-                    f"Forwarding to worker {worker}, which owns this session, broke before its reply ({error!r}), so whether this "
-                    "request took effect is unknown. Retry it with the same Idempotency-Key: a request its session applied "
-                    "already gets its first reply again, never a second application."
-                )
-                await retry_later(detail)(scope, receive, send)
+                await retry_later(outcome_unknown(worker, error))(scope, receive, send)
 
     async def deliver(self, peer: Any, worker: str, exchange: Exchange, body: RequestBody, busy_wait_seconds: float) -> None:
         """Send the request to ``peer`` on one of its connections, retrying while it lives but cannot take

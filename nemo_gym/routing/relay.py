@@ -33,7 +33,8 @@ from nemo_gym.metrics.layers import METRICS_PATH
 from nemo_gym.metrics.meters import METERS
 from nemo_gym.protocols.handing_off import HandingOffProtocol
 from nemo_gym.routing.exchange import forwarded_headers
-from nemo_gym.routing.replica import ReplicaPeer
+from nemo_gym.routing.forwarder import outcome_unknown
+from nemo_gym.routing.replica import ReplicaPeer, owner_label
 from nemo_gym.routing.request_id import ID_HEADER, SAFE_METHODS, new_id_header
 from nemo_gym.routing.router import WORKER_HEADER_KEY, SessionRouter, labelled, with_reading
 from nemo_gym.routing.transport.connection import OwnerConnection, request_head
@@ -104,6 +105,8 @@ class Relayed:
         self.held: bytearray | None = bytearray()
         self.status = 0
         self.reply_headers: list[tuple[bytes, bytes]] = []
+        # Whether the reply names a worker of its own (``start``), which this worker's label replaces.
+        self.relabel = False
         self.ended: bool | None = None
         self.cookie: asyncio.Future | None = None
         self.draining = False
@@ -165,7 +168,14 @@ class Relayed:
     def start(self) -> None:
         """The reply's head is read: with the session's cookie if it has none, it goes to the caller."""
         owners = self.relays.router.owners
-        if self.status != 410 and not any(name.lower() == b"set-cookie" and value.startswith(owners.set_cookie_prefix) for name, value in self.reply_headers):
+        has_cookie = False
+        for name, value in self.reply_headers:
+            name = name.lower()
+            if name == WORKER_HEADER_KEY:
+                self.relabel = True
+            elif name == b"set-cookie" and value.startswith(owners.set_cookie_prefix):
+                has_cookie = True
+        if self.status != 410 and not has_cookie:
             self.cookie = asyncio.ensure_future(owners.cookie_headers(self.cycle.scope))
             self.cookie.add_done_callback(self.cookie_made)
             return
@@ -186,7 +196,7 @@ class Relayed:
             self.broke(ConnectionError("the owner's reply head does not end in CRLF CRLF"))
             return
         added = [*self.protocol.server_state.default_headers, (WORKER_HEADER_KEY, self.relays.router.label), *cookies]
-        if any(name.lower() == WORKER_HEADER_KEY for name, _ in self.reply_headers):  # the owner's naming is replaced
+        if self.relabel:  # the owner's naming is replaced
             head = b"".join(b"%s: %s\r\n" % header for header in self.reply_headers if header[0].lower() != WORKER_HEADER_KEY)
         else:
             head = held[line + 2 : end + 2]
@@ -239,12 +249,7 @@ class Relayed:
         elif connection.unread():
             self.give_back_to_app(self.app)
         else:
-            detail = (
-                f"Forwarding to worker {self.peer.worker} of replica {self.peer.replica}, which owns this session, broke before its "
-                f"reply ({error!r}), so whether this request took effect is unknown. Retry it with the same Idempotency-Key: a request "
-                "its session applied already gets its first reply again, never a second application."
-            )
-            self.give_back_to_app(self.retry_later(detail))
+            self.give_back_to_app(self.retry_later(outcome_unknown(owner_label(self.peer.worker, self.peer.replica), error)))
 
     def retry_later(self, detail: str) -> Any:
         """The 503 for a request the owner may have taken, as the router answers it (labelled, the session's cookie kept, counted)."""

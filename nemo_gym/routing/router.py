@@ -40,6 +40,9 @@ from nemo_gym.sessions.replies import retry_later
 from nemo_gym.sessions.worker import WORKER_HEADER, is_worker_id
 
 WORKER_HEADER_KEY = WORKER_HEADER.lower().encode()
+# The session ``owner_elsewhere`` found a request naming, left in its scope for whoever reads it next (the router itself):
+# the request's cookie is parsed once, whatever asks.
+NAMED_SESSION_SCOPE_KEY = "nemo_gym.named_session"
 
 
 class SessionRouter:
@@ -95,7 +98,7 @@ class SessionRouter:
             await self.start_session(scope, receive, send)
             return
         try:
-            session = self.owners.named_session(scope)
+            session = scope.pop(NAMED_SESSION_SCOPE_KEY) if NAMED_SESSION_SCOPE_KEY in scope else self.owners.named_session(scope)
         except AmbiguousSession as error:
             await JSONResponse(status_code=400, content={"detail": error.detail})(scope, receive, send)
             return
@@ -126,16 +129,19 @@ class SessionRouter:
         """Where a request's session lives, for a request the router would only hand off or forward there (``__call__``):
         a sibling worker of this host, or a worker of another replica. Asked by what takes a request before any layer
         sees it (``routing.early_hand_off``, ``routing.relay``); None for any other request, which the router then takes
-        as ever. The session read is left in the scope, as ``__call__`` leaves it."""
+        as ever. The session it reads is left in the scope (``NAMED_SESSION_SCOPE_KEY``) for the next to ask."""
         if scope["path"] in self.start_paths:
             return None
         for name, _ in scope["headers"]:
             if name == CLIENT_HEADER or name == SESSION_READ_HEADER:
                 return None
-        try:
-            session = self.owners.named_session(scope)
-        except AmbiguousSession:
-            return None
+        if NAMED_SESSION_SCOPE_KEY in scope:
+            session = scope[NAMED_SESSION_SCOPE_KEY]
+        else:
+            try:
+                session = scope[NAMED_SESSION_SCOPE_KEY] = self.owners.named_session(scope)
+            except AmbiguousSession:
+                return None
         owner = owner_of(session)
         if owner is None or owner == self.worker_id or not is_worker_id(owner):
             return None
