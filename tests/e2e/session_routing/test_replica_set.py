@@ -38,7 +38,8 @@ NAME = "counter"
 REPLICAS = 3
 WORKERS = 2
 EPISODES = 100
-CLIENT_NAMES = ["aiohttp_jar", "httpx_jar", "requests_session", "urllib_cookiejar", "replacing"]
+# Every standard client, the openai SDK's too: a replica's other sessions' requests are relayed as bytes (routing/relay.py).
+CLIENT_NAMES = sorted(CLIENTS)
 SECRET = secrets.token_urlsafe(32)
 COOKIE = session_cookie_name(NAME)
 KEY = instance_key(SECRET, NAME)

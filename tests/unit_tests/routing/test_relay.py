@@ -46,7 +46,7 @@ async def relaying(worker: Worker) -> AsyncIterator[types.SimpleNamespace]:
             while not server.started:
                 await asyncio.sleep(0.01)
         server.lifespan.state[TAKERS_STATE_KEY] = [Relays(worker.server._assembly.router, worker.server.config.max_body_bytes)]
-        yield types.SimpleNamespace(url=f"http://127.0.0.1:{config.port}", port=config.port, worker_id=worker.server.worker_id)
+        yield types.SimpleNamespace(url=f"http://127.0.0.1:{config.port}", port=config.port, worker_id=worker.server.worker_id, worker=worker)
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, TIMEOUT_SECONDS)
@@ -112,8 +112,14 @@ async def test_a_body_beyond_64_kib_is_forwarded_by_the_router_not_relayed():
 
 @pytest.mark.parametrize(
     "headers",
-    [{"X-Forwarded-For": "10.0.0.1"}, {"Forwarded": "for=10.0.0.1"}, {"Connection": "close"}, {"X-NeMo-Gym-Client": "10.0.0.1:1"}],
-    ids=["x-forwarded-for", "forwarded", "connection-close", "sibling-only"],
+    [
+        {"X-Forwarded-For": "10.0.0.1"},
+        {"Forwarded": "for=10.0.0.1"},
+        {"Connection": "close"},
+        {"X-NeMo-Gym-Client": "10.0.0.1:1"},
+        {"X-NeMo-Gym-Session-Read": '{"session_id": "forged"}'},  # a reading only a forwarding worker may send
+    ],
+    ids=["x-forwarded-for", "forwarded", "connection-close", "sibling-only", "forged-reading"],
 )
 async def test_requests_the_relay_leaves_to_the_router_are_forwarded_and_keep_their_count(headers):
     async with two_replicas_relaying() as (owner, via, caller, cookies):
@@ -185,64 +191,52 @@ async def test_a_caller_that_leaves_a_relayed_request_cancels_its_owners_handler
         assert relayed() == before  # counted only once its reply went whole
 
 
-def kept_connection(via_worker: Worker, owner: Worker):
-    """The one connection ``via_worker`` keeps to ``owner`` (its replica's forwarding port), left in its pool."""
-    transport = via_worker.server._assembly.replicas
-    [connection] = [kept for pools in transport.pools.values() for kept in pools.get(owner.server.worker_id, [])]
-    return connection
+def kept_connections(via, owner: Worker) -> list:
+    """The connections ``via``'s worker keeps to ``owner`` (its replica's forwarding port), in its pool."""
+    transport = via.worker.server._assembly.replicas
+    return [kept for pools in transport.pools.values() for kept in pools.get(owner.server.worker_id, [])]
 
 
 async def test_a_kept_connection_the_owner_closed_while_the_body_came_sends_the_request_through_the_router_on_a_new_one():
-    async with replica_set() as ((r1, r2), caller):
-        owner = r1.workers[0]
-        async with relaying(r2.workers[0]) as via:
-            cookies = await new_session(caller, owner)
-            await increment(caller, via, cookies)
-            connection = kept_connection(r2.workers[0], owner)
-            before = relayed()
-            cookie = f"{owner.server.session_cookie}={cookies[owner.server.session_cookie]}"
-            request = raw_request("/increment", cookie)
-            head, body = request[: request.index(b"\r\n\r\n") + 4], request[request.index(b"\r\n\r\n") + 4 :]
+    async with two_replicas_relaying() as (owner, via, caller, cookies):
+        await increment(caller, via, cookies)
+        [connection] = kept_connections(via, owner)
+        before = relayed()
+        cookie = f"{owner.server.session_cookie}={cookies[owner.server.session_cookie]}"
+        request = raw_request("/increment", cookie)
+        head, body = request[: request.index(b"\r\n\r\n") + 4], request[request.index(b"\r\n\r\n") + 4 :]
 
-            def send_in_two() -> dict:
-                with socket.create_connection(("127.0.0.1", via.port), timeout=TIMEOUT_SECONDS) as sock:
-                    sock.sendall(head)
-                    closing.wait(TIMEOUT_SECONDS)
-                    sock.sendall(body)
-                    return read_replies(sock, 1)[0]
+        def send_in_two() -> dict:
+            with socket.create_connection(("127.0.0.1", via.port), timeout=TIMEOUT_SECONDS) as sock:
+                sock.sendall(head)
+                closing.wait(TIMEOUT_SECONDS)
+                sock.sendall(body)
+                return read_replies(sock, 1)[0]
 
-            closing = threading.Event()
-            replied = asyncio.ensure_future(asyncio.to_thread(send_in_two))
-            async with asyncio.timeout(TIMEOUT_SECONDS):
-                while not kept_connection_taken(r2.workers[0], owner, connection):  # taken by the relay once the head came
-                    await asyncio.sleep(0.01)
-            connection.close()
-            closing.set()
-            reply = await replied
-            assert reply == {"worker": owner.server.worker_id, "count": 3}
-            assert relayed() == before
-
-
-def kept_connection_taken(via_worker: Worker, owner: Worker, connection) -> bool:
-    transport = via_worker.server._assembly.replicas
-    return all(connection not in pools.get(owner.server.worker_id, []) for pools in transport.pools.values())
+        closing = threading.Event()
+        replied = asyncio.ensure_future(asyncio.to_thread(send_in_two))
+        async with asyncio.timeout(TIMEOUT_SECONDS):
+            while connection in kept_connections(via, owner):  # taken by the relay once the head came
+                await asyncio.sleep(0.01)
+        connection.close()
+        closing.set()
+        reply = await replied
+        assert reply == {"worker": owner.server.worker_id, "count": 3}
+        assert relayed() == before
 
 
 async def test_a_relayed_request_whose_connection_breaks_after_it_was_sent_gets_503_with_retry_after_and_its_cookie():
-    async with replica_set() as ((r1, r2), caller):
-        owner = r1.workers[0]
-        async with relaying(r2.workers[0]) as via:
-            cookies = await new_session(caller, owner)
-            await increment(caller, via, cookies)
-            connection = kept_connection(r2.workers[0], owner)
-            session_id = (await (await caller.post(owner, "/echo/x", cookies)).json())["session_id"]
-            replied = asyncio.ensure_future(caller.post(via, "/hang", cookies))
-            async with asyncio.timeout(TIMEOUT_SECONDS):
-                while session_id not in EchoServer.hanging:
-                    await asyncio.sleep(0.02)
-            connection.close()  # as a connection that breaks under a request the owner has read
-            response = await replied
-            assert response.status == 503 and response.headers["Retry-After"]
-            assert response.headers[WORKER_HEADER] == via.worker_id
-            assert any(value.startswith(owner.server.session_cookie + "=") for value in response.headers.getall("Set-Cookie"))
-            assert "Idempotency-Key" in (await response.json())["detail"]
+    async with two_replicas_relaying() as (owner, via, caller, cookies):
+        await increment(caller, via, cookies)
+        [connection] = kept_connections(via, owner)
+        session_id = (await (await caller.post(owner, "/echo/x", cookies)).json())["session_id"]
+        replied = asyncio.ensure_future(caller.post(via, "/hang", cookies))
+        async with asyncio.timeout(TIMEOUT_SECONDS):
+            while session_id not in EchoServer.hanging:
+                await asyncio.sleep(0.02)
+        connection.close()  # as a connection that breaks under a request the owner has read
+        response = await replied
+        assert response.status == 503 and response.headers["Retry-After"]
+        assert response.headers[WORKER_HEADER] == via.worker_id
+        assert any(value.startswith(owner.server.session_cookie + "=") for value in response.headers.getall("Set-Cookie"))
+        assert "Idempotency-Key" in (await response.json())["detail"]
