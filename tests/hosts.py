@@ -392,6 +392,17 @@ def tail(path: Path, lines: int) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
+def server_log_lines(host: Host, pattern: str) -> list[str]:
+    """The lines matching ``pattern`` of the logs of every server ``gym env start`` ran on ``host`` (each run's
+    /tmp/nemo_gym_run_*/ there), each after its log's name: for a failed test to say what the servers saw."""
+    return [
+        f"{log.parent.name}/{log.name}: {line}"
+        for log in sorted(host.path("/tmp").glob("nemo_gym_run_*/*.log"))
+        for line in log.read_text(errors="replace").splitlines()
+        if re.search(pattern, line)
+    ]
+
+
 def start_gym(configs: list[tuple[Host, dict]], timeout: float, env: dict[str, str] | None = None) -> list[subprocess.Popen]:
     """``gym env start`` on each host with its config (and ``env`` added to its environment), all at once,
     until each says all its servers are up.

@@ -47,7 +47,7 @@ from tests.e2e.hosts.conftest import COUNTER, PUBLIC_PORT, REPLICA_HOSTS, SESSIO
 from tests.e2e.hosts.test_stacks_across_hosts import SWE_DATA, SWE_PORT, sandbox_dir
 from tests.e2e.hosts.test_replicas_across_hosts import THINK_SECONDS, increments, owner_host, run_sessions, statuses
 from tests.e2e.hosts.test_restore_across_hosts import Keyed, keyed_sessions, sent_again, session_id
-from tests.hosts import CLIENT_MODULE, Host, Hosts, Remote, balancer_cut, start_balancer, start_gym, wait_in_rotation
+from tests.hosts import CLIENT_MODULE, Host, Hosts, Remote, balancer_cut, server_log_lines, start_balancer, start_gym, wait_in_rotation
 from tests.postgres import DATABASE, USER, Postgres, PostgresUnavailable
 from tests.programs import needs
 from tests.session_cookies import session_of
@@ -78,6 +78,8 @@ SWE = "swe_rebench"
 SWE_BALANCER = "haproxy-swe"
 # Few: each session is a jailed sandbox (a tmpfs, a cgroup, bwrap for its tests) on two shared cores.
 SWE_SESSIONS = 30
+# What a failed swe_rebench test prints of the survivors' server logs: leases lapsed, the store failing, adoptions.
+SERVERS_SAW = r"lease|session store|adopt|Traceback|Error"
 SWE_TASK = read_rows(SWE_DATA)[0]  # clamp_upper: its fix is bounds.py as the scripted policy writes it
 SWE_FIX_PATH = "bounds.py"
 # How long a session's verify is tried again while answered 503 (a bound; each must end on 200 or 410 within it).
@@ -472,7 +474,8 @@ def test_the_swe_rebench_sessions_of_a_host_killed_whole_get_410_naming_why_and_
     ends = [(owner, record["steps"][-1][1], record["steps"][-1][3], record["reward"]) for owner, record in zip(owners, records)]
     lost = [end for end in ends if end[0] == dead]
     assert lost and [end for end in lost if not (end[1] == 410 and SANDBOX_ON_ANOTHER_HOST.search(str(end[2])))] == []
-    assert [end for end in ends if end[0] != dead and end[1:] != (200, None, 1.0)] == []
+    failed = [(owner, record["steps"]) for owner, record, end in zip(owners, records, ends) if owner != dead and end[1:] != (200, None, 1.0)]
+    assert failed == [], {name: server_log_lines(shared.lan[name], SERVERS_SAW)[-40:] for name in REPLICA_HOSTS if name != dead}
     verified = {status for record in records for path, status, _, _ in record["steps"] if path == "/verify"}
     assert verified <= {200, 410, 503}
     print(f"killed {dead}, owner of {len(lost)} of {SWE_SESSIONS} swe_rebench sessions: each 410 naming its sandbox on another host; the other {SWE_SESSIONS - len(lost)} scored 1.0")
