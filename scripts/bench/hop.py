@@ -14,6 +14,7 @@ import aiohttp
 from nemo_gym import config as gym_config
 from nemo_gym.routing.transport.unix import make_socket_dir, remove_socket_dir, socket_address
 from scripts.bench.client import EpisodeClient
+from scripts.bench.hand_off_floor import hand_off_floor
 from scripts.bench.figures import fmt, log, median, percentile, ratio, render_table
 from scripts.bench.proc import cpu_times
 from scripts.bench.processes import Spawned
@@ -22,6 +23,8 @@ from scripts.bench.servers import BENCH_MODULE, COUNTER, COUNTER_MODULE, owner_o
 LOCAL = "local"
 FORWARDED = "forwarded"
 DIRECT = "owner's private socket"
+# Passes per run of the hand-off's floor (``hand_off_floor``): about 0.15 s of CPU.
+FLOOR_PASSES = 3000
 
 
 async def measure_hops(args: argparse.Namespace, urls: list[str], socket_dir: str, pids: list[int]) -> dict:
@@ -105,15 +108,19 @@ def hop_section(args: argparse.Namespace, log_dir: Path) -> dict:
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         for worker, url in zip(workers, urls):
             worker.wait_ready(f"{url}/", socket_dir=socket_dir, workers=len(workers))
-        return asyncio.run(measure_hops(args, urls, socket_dir, [worker.pid for worker in workers]))
+        result = asyncio.run(measure_hops(args, urls, socket_dir, [worker.pid for worker in workers]))
     finally:
         for worker in workers:
             worker.stop()
         remove_socket_dir(socket_dir)
+    log("   the hand-off's floor: a bare connection passed between two processes")
+    result["floor"] = median([hand_off_floor(max(FLOOR_PASSES, args.hop_requests))["total_us"] for _ in range(args.runs)])
+    return result
 
 
 def hop_table(result: dict, args: argparse.Namespace) -> str:
     local = result[LOCAL]
+    extra_us = (result[FORWARDED]["user_ms"] + result[FORWARDED]["system_ms"] - local["user_ms"] - local["system_ms"]) * 1000
     rows = []
     for kind in (LOCAL, FORWARDED, DIRECT):
         row = result[kind]
@@ -136,5 +143,8 @@ def hop_table(result: dict, args: argparse.Namespace) -> str:
         "   owner's private socket: straight to the owner's Unix socket, the owner's share of a forward.",
         "   CPU: both workers' user and system (kernel) time per request, from /proc (10 ms ticks, summed over blocks).",
         f"   every increment reached its session's state: {'yes' if result['state_intact'] else 'NO'}",
+        f"   forwarded: {extra_us:.0f} us more CPU than local per request. The floor of a hand-off on this stack, the public port's",
+        f"   other way to a sibling (a bare connection passed to another process and served there, nothing parsed,",
+        f"   scripts/bench/hand_off_floor.py): {result['floor']:.0f} us of CPU, both processes.",
     ]
     return "\n".join([title, render_table(header, rows), *notes])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -51,6 +52,7 @@ def test_hop_section_runs_and_every_forwarded_increment_reaches_the_owner():
     out = bench("--sections", "hop", "--runs", "1", "--hop-requests", "20", "--hop-block", "10", timeout=180)
     assert "every increment reached its session's state: yes" in out
     assert "forwarded/local p50 <= 1.3x" in out
+    assert re.search(r"hand_off_floor\.py\): \d+ us of CPU, both processes", out)
 
 
 @E2E
