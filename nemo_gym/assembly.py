@@ -122,9 +122,11 @@ class Assembly:
             self.durable = DurableSessions(store, states, self.worker_id, refresh, lease)
         if server.route_sessions:
             is_alive = self.transport.is_alive if self.routed else (lambda worker: True)
-            count = LiveCount(self.socket_dir if self.routed else None, self.worker_id, is_alive)
+            caps = server.session_caps()
+            # The host's workers count their live sessions together only for a cap to read: without one, each counts its own.
+            count = LiveCount(self.socket_dir if self.routed and caps else None, self.worker_id, is_alive)
             timeout = config.session_idle_timeout_seconds or None
-            self.lifecycle = SessionLifecycle(server.on_session_end, timeout, count, server.session_caps(), self.durable, self.worker_id)
+            self.lifecycle = SessionLifecycle(server.on_session_end, timeout, count, caps, self.durable, self.worker_id)
         if self.durable is not None:
             # Sessions are taken over from the store in one place, whichever path finds them (the router, the write-through, the sweep).
             self.adopter = Adopter(self.durable, self.lifecycle, self.transport.is_alive, self.replica_keys)

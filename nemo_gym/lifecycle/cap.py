@@ -5,7 +5,7 @@ instance's workers share on this host (the placement counters' directory: ``rout
 ``SessionCount``); the count of the instance is the sum over the workers alive (the transport's
 ``is_alive``), so a dead worker's sessions stop counting with it (a durable one counts again on the worker
 that adopts it). Admitting a session is one check-and-add under a lock on that directory itself, so of a burst of seeds spread over the workers exactly as many as the cap allows get in.
-Without a shared directory (one worker), the count is this process's own.
+Without a shared directory (one worker), or without a cap (nothing reads the total then), the count is this process's own.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ is idempotent; new sessions over max_sessions get 503 (two workers of one server
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any, ClassVar
 
@@ -12,6 +13,7 @@ from fastapi import Request
 
 from nemo_gym import SESSION_ID_KEY
 from nemo_gym.base_resources_server import BaseVerifyRequest, BaseVerifyResponse
+from nemo_gym.lifecycle.cap import LIVE_SUFFIX
 from nemo_gym.lifecycle.registry import EndReason
 from nemo_gym.sessions.worker import OWNER_KEY
 from tests.session_cookies import signed_session
@@ -135,6 +137,18 @@ async def test_new_sessions_over_max_sessions_get_503_with_retry_after_and_live_
             assert (await caller.post(b, "/increment", cookies)).status == 200
         await caller.post(a, "/close_session", live[0])
         assert (await caller.post(b, "/increment")).status == 200
+
+
+async def test_live_counters_are_shared_on_the_host_only_where_a_cap_reads_them():
+    """The workers' shared live counters (``lifecycle.cap``) are read only to enforce a cap: without one, a session's
+    start and end write no file (two system calls and a lock each saved); with one, each worker publishes its counter."""
+    for settings, kept in (({}, set()), ({"max_sessions": 3}, {"a", "b"})):
+        async with two_workers(HookedServer, **settings) as (a, b, caller):
+            for worker in (a, b):
+                await caller.post(worker, "/close_session", await new_session(caller, worker))
+            socket_dir = a.server._assembly.socket_dir
+            published = {name for name, worker in (("a", a), ("b", b)) if os.path.exists(os.path.join(socket_dir, worker.server.worker_id + LIVE_SUFFIX))}
+            assert published == kept, settings
 
 
 async def test_liveness_and_metrics_paths_start_no_session_and_count_toward_no_cap():
