@@ -1,9 +1,10 @@
 """Request ids: what names a request that may change a session, on every hop and every retry of it.
 
 ``Idempotency-Key`` (the IETF draft's header) is the client's own, or, on a request that may change
-state and carries none, one the first worker that receives it assigns (the router, ``new_id_header``): a forward, or a
-replay to an adopter, passes it on with the rest of the head. A durable server remembers the ids of
-the requests that changed a session with its state (``nemo_gym.durable.applied``).
+state and carries none, one the worker that sends it on to another assigns (the router's forward, the relay:
+``new_id_header``), which every later hop, and a replay to an adopter, passes on with the rest of the head. A request
+served where it landed is sent again by nothing and gets none. A durable server remembers the ids of the requests
+that changed a session with its state (``nemo_gym.durable.applied``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def request_id(headers: list[tuple[bytes, bytes]]) -> bytes | None:
 
 
 def id_of(scope: dict) -> str | None:
-    """The request's id as text (the router gave every request that may change state one), or None."""
+    """The request's id as text (a forwarded request that may change state always has one), or None."""
     value = request_id(scope["headers"])
     return None if value is None else value.decode("latin-1")
 

@@ -31,7 +31,7 @@ from nemo_gym.routing.owner import AmbiguousSession, OwnerReader, owner_of
 from nemo_gym.routing.placement import Placement
 from nemo_gym.routing.replica import ReplicaPeer, replica_of, route
 from nemo_gym.routing.to_holder import TO_HOLDER_HEADER
-from nemo_gym.routing.request_id import ID_HEADER, SAFE_METHODS, id_of, new_id_header
+from nemo_gym.routing.request_id import SAFE_METHODS, id_of, new_id_header, request_id
 from nemo_gym.routing.transport.hand_off import HandOffs
 from nemo_gym.routing.transport.private_server import CLIENT_HEADER
 from nemo_gym.routing.transport.replica_port import REPLICA_WORKER_SCOPE_KEY
@@ -83,17 +83,13 @@ class SessionRouter:
         send = labelled(send, self.label)
         # Only a forwarding worker may name the caller's address or its reading of the session; from the public port
         # they are stripped. One plain loop over the head, for both: on every request, a generator's frame (any(...))
-        # cost more than the scan itself. A request that may change state and carries no id gets one (``request_id``).
-        sibling_only = has_id = False
+        # cost more than the scan itself.
+        sibling_only = False
         for name, _ in scope["headers"]:
             if name == CLIENT_HEADER or name == SESSION_READ_HEADER:
                 sibling_only = True
-            elif name == ID_HEADER:
-                has_id = True
         if sibling_only:
             scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER and name != SESSION_READ_HEADER]
-        if not has_id and scope["method"] not in SAFE_METHODS:
-            scope["headers"].append(new_id_header())
         if scope["path"] in self.start_paths:
             await self.start_session(scope, receive, send)
             return
@@ -169,6 +165,7 @@ class SessionRouter:
         but not yet counted dead) gets a 503 with Retry-After; for one that is gone, or died with the request,
         the lost-session policy decides: serve here, reply, or forward to the worker of this host it names,
         and so on."""
+        with_id(scope)
         while True:
             decision: Decision
             with_reading(scope)
@@ -230,11 +227,20 @@ class SessionRouter:
             self.placement.taken_back(target)
             await self.app(scope, replaying(receive, first), send)
             return
+        with_id(scope)
         try:
             await self.forwarder.forward(target, scope, replaying(receive, first), send, busy_wait_seconds=0)
         except (OwnerGone, OwnerDied, OwnerBusy):
             self.placement.taken_back(target)
             await self.app(scope, replaying(receive, first), send)
+
+
+def with_id(scope: Scope) -> None:
+    """A request that may change state leaves this worker with an id (``request_id``): its own, or one given here, under
+    which a forward's retry, the lost-session policy and a replay to an adopter name it. One served where it lands is
+    sent again by nothing, and gets none."""
+    if scope["method"] not in SAFE_METHODS and request_id(scope["headers"]) is None:
+        scope["headers"].append(new_id_header())
 
 
 def with_reading(scope: Scope) -> None:

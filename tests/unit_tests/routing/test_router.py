@@ -52,6 +52,19 @@ async def test_session_owned_by_other_worker_is_forwarded_with_a_single_set_cook
     assert len(set_cookies(response)) <= 1
 
 
+async def test_a_request_gets_an_id_of_the_routers_only_when_it_leaves_the_worker_that_received_it():
+    """The router's Idempotency-Key names a request for what may send it again (a forward's retry, the lost-session
+    policy, a replay to an adopter); one served where it lands is never sent again by anyone, so it gets none. A
+    client's own id is passed on as sent."""
+    async with two_workers(hand_off=False) as (a, b, caller):
+        cookies = await new_session(caller, a)
+        local = await (await caller.post(a, "/echo/x", cookies)).json()
+        forwarded = await (await caller.post(b, "/echo/x", cookies)).json()
+        own = await (await caller.post(b, "/echo/x", cookies, headers={"Idempotency-Key": "client-1"})).json()
+    ids = [[value for name, value in body["headers"] if name == "idempotency-key"] for body in (local, forwarded, own)]
+    assert (ids[0], len(ids[1]), ids[2]) == ([], 1, ["client-1"]), ids
+
+
 async def test_forwarded_reply_that_changes_the_session_carries_only_the_owners_set_cookie(pair):
     a, b, caller = pair
     cookies = await new_session(caller, a)
