@@ -10,7 +10,8 @@ reads any body, gives the connection away through it (``give_away``) or lets it 
 other seam: a request's cycle is made inside the parser's callbacks and the raw bytes are never kept.
 
 A connection handed to this worker comes with the bytes the sender read (``received``), fed to the parser
-before anything read from the socket here, so the owner parses the head again and nothing else.
+before anything read from the socket here, so the owner parses the head again and nothing else, and with what the
+sender knew of the request they begin (``handed_scope``: its reading of the session), put in that request's scope.
 
 A request whose head is parsed is offered, before its app starts, to what the lifespan state holds under
 ``TAKERS_STATE_KEY``: a request of a sibling's session handed off at once (``routing.early_hand_off``), one of
@@ -40,11 +41,12 @@ KEPT_BODY_BYTES = 64 * 1024
 
 
 class HandingOffProtocol(LimitedHttpToolsProtocol):
-    def __init__(self, *args: Any, limits: InputLimits, received: bytes = b"", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, limits: InputLimits, received: bytes = b"", handed_scope: dict | None = None, **kwargs: Any) -> None:
         super().__init__(*args, limits=limits, **kwargs)
         self.received = received
-        # Whether the next request to begin is the one a sibling handed over with the connection.
+        # Whether the next request to begin is the one a sibling handed over with the connection, and what its scope holds.
         self.handed = bool(received)
+        self.handed_scope = handed_scope
         self.plain = True
         # What was read since the connection was last idle, while the request it begins may be handed off.
         self.kept: list[bytes] | None = None
@@ -88,7 +90,9 @@ class HandingOffProtocol(LimitedHttpToolsProtocol):
         self.scope["extensions"] = {CONNECTION_EXTENSION: self}
         if self.handed:
             self.scope["extensions"][HANDED_EXTENSION] = True
-            self.handed = False
+            if self.handed_scope:
+                self.scope.update(self.handed_scope)
+            self.handed, self.handed_scope = False, None
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()

@@ -5,7 +5,7 @@ request here: a cycle and a task, and the layers in front of the router, for a r
 the public port's protocol offers each request, once its head is parsed and before its app starts
 (``protocols.handing_off``, through the lifespan state), to ``EarlyHandOff``: when the router would hand it to a
 sibling (``SessionRouter.owner_elsewhere``), the connection is offered to that sibling then (``HandingOffProtocol.offer``,
-``HandOffs.offer``), and its app starts only if the sibling does not take it, the request carried on by the router
+``HandOffs.offer``), with this worker's reading of the session, which the sibling takes as read, and its app starts only if the sibling does not take it, the request carried on by the router
 as before: the sibling's refusal is what the router's hand-off finds, and counts (``forwards_not_handed_off``), and it
 forwards the request. A connection that cannot be offered at all (TLS, a request behind another, more read than is
 kept) is left to the router alike.
@@ -14,11 +14,13 @@ kept) is left to the router alike.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 from nemo_gym.protocols.handing_off import HandingOffProtocol
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.transport.hand_off import HandOffs
+from nemo_gym.sessions.cookie import SESSION_READ_SCOPE_KEY
 
 
 class EarlyHandOff:
@@ -38,7 +40,8 @@ class EarlyHandOff:
         offered = protocol.offer(scope)
         if isinstance(offered, str):
             return False
-        taken = self.hand_offs.offer(owner, *offered)
+        reading = json.dumps(scope[SESSION_READ_SCOPE_KEY]).encode() if SESSION_READ_SCOPE_KEY in scope else b""
+        taken = self.hand_offs.offer(owner, *offered, reading)
         if isinstance(taken, str):
             protocol.settle(scope, taken)
             return False

@@ -2,7 +2,9 @@
 
 Each worker takes hand-offs on a socket of its own beside its private one (``<worker>.hand`` in the same
 abstract namespace, ``unix``): a SOCK_SEQPACKET listener, so that one message is one hand-off, the descriptor
-(SCM_RIGHTS) and the bytes together or not at all. A sender keeps one connection per sibling and never waits
+(SCM_RIGHTS) and the bytes together or not at all. The bytes are the sender's reading of the request's session
+(JSON, after its length; none: length 0), which the receiver takes as read as it takes a forwarding sibling's, then
+every byte read from the connection. A sender keeps one connection per sibling and never waits
 on it: a sibling whose queue is full, or that takes no connection, is told apart at once (``send`` says why),
 and the router forwards the request instead. Both ends check that the other runs as this process's user, as
 on the private socket. The receiver (``hand_off_receiver``) serves what it takes as its public port would (``adopt``): uvicorn's own
@@ -23,6 +25,7 @@ import asyncio
 import collections
 import errno
 import socket
+import struct
 
 from nemo_gym.metrics.meters import METERS
 from nemo_gym.routing.transport.unix import abstract_name, connect_same_user
@@ -31,6 +34,8 @@ HAND_OFF_SUFFIX = ".hand"
 # The most a hand-off carries (a head at its limit and the body kept with it, ``protocols.handing_off``); a
 # receiver reads every message into one buffer of this size.
 MAX_MESSAGE_BYTES = 1 << 20
+# The length of the reading that starts a hand-off's bytes.
+READING_LENGTH = struct.Struct("!I")
 # What a receiver answers each hand-off with once it holds the connection, and the sender's reply to that answer.
 RECEIVED = YOURS = b"\x01"
 TAKEN_BACK = b"\x00"
@@ -52,18 +57,18 @@ class HandOffs:
         # Per sibling, the hand-offs sent and not yet answered, oldest first (done: taken back).
         self.waiting: dict[str, collections.deque[asyncio.Future]] = {}
 
-    async def send(self, worker_id: str, fd: int, data: bytes) -> str | None:
+    async def send(self, worker_id: str, fd: int, data: bytes, reading: bytes = b"") -> str | None:
         """Pass ``fd`` and ``data`` to ``worker_id``; None once it took them, else why not (``offer``)."""
-        taken = self.offer(worker_id, fd, data)
+        taken = self.offer(worker_id, fd, data, reading)
         if isinstance(taken, str):
             return taken
         return await taken  # cancelled with its request: taken back too
 
-    def offer(self, worker_id: str, fd: int, data: bytes) -> str | asyncio.Future:
-        """Pass ``fd`` and ``data`` to ``worker_id``: why not at once (a queue that is full, a sibling without a hand-off
+    def offer(self, worker_id: str, fd: int, data: bytes, reading: bytes = b"") -> str | asyncio.Future:
+        """Pass ``fd`` and ``data`` (``reading``: this worker's reading of the request's session, JSON) to ``worker_id``: why not at once (a queue that is full, a sibling without a hand-off
         socket: never blocks the loop), or what resolves to None once the sibling took them, or to why not (taken
         back: unanswered within ``ANSWER_SECONDS``, or the sibling gone)."""
-        reason, taken = self.post(worker_id, fd, data)
+        reason, taken = self.post(worker_id, fd, READING_LENGTH.pack(len(reading)) + reading + data)
         if taken is None:
             return reason
         late = asyncio.get_running_loop().call_later(ANSWER_SECONDS, taken_back, taken, "unanswered")
@@ -71,7 +76,7 @@ class HandOffs:
         return taken
 
     def post(self, worker_id: str, fd: int, data: bytes) -> tuple[str | None, asyncio.Future | None]:
-        """Send a hand-off without waiting: (why not, None), or (None, what the receiver's answer resolves to)."""
+        """Send a hand-off's message without waiting: (why not, None), or (None, what the receiver's answer resolves to)."""
         if len(data) > MAX_MESSAGE_BYTES:
             return "large", None
         sock = self.sockets.get(worker_id)

@@ -2,7 +2,8 @@
 
 It takes its siblings' connections, answers each, and serves those its sender says are its own as the server of
 the port that accepted it would (the public port's; in a replica set, the forwarding port's): uvicorn's own protocol,
-with the bytes handed fed before anything read from the socket here.
+with the bytes handed fed before anything read from the socket here, and the sender's reading of the session of the
+request they begin taken as read for that request (as a forwarding sibling's is, ``transport.private_server``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import logging
 import os
 import socket
@@ -17,8 +19,9 @@ import struct
 
 from nemo_gym.metrics.meters import METERS
 from nemo_gym.process.public_server import TakesConnections
-from nemo_gym.routing.transport.hand_off import MAX_MESSAGE_BYTES, RECEIVED, YOURS, hand_off_address
+from nemo_gym.routing.transport.hand_off import MAX_MESSAGE_BYTES, READING_LENGTH, RECEIVED, YOURS, hand_off_address
 from nemo_gym.routing.transport.unix import same_user
+from nemo_gym.sessions.cookie import SESSION_READ_SCOPE_KEY
 
 # The control message of one descriptor.
 ONE_FD_SPACE = socket.CMSG_SPACE(struct.calcsize("i"))
@@ -37,8 +40,9 @@ class HandOffReceiver:
         self.public = public
         self.ports = ports or {}
         self.listener: socket.socket | None = None
-        # Per sibling's connection, the hand-offs answered and not yet replied to, oldest first: (descriptor, bytes).
-        self.peers: dict[socket.socket, collections.deque[tuple[int, bytes]]] = {}
+        # Per sibling's connection, the hand-offs answered and not yet replied to, oldest first: (descriptor, the bytes
+        # read from it, what its first request's scope is to hold: the sender's reading of its session, or None).
+        self.peers: dict[socket.socket, collections.deque[tuple[int, bytes, dict | None]]] = {}
         # Per sibling's connection, the answers read and not yet sent (its socket had no room).
         self.owed: dict[socket.socket, int] = {}
         self.adopting: set[asyncio.Task] = set()
@@ -86,7 +90,8 @@ class HandOffReceiver:
             if not size and not fds:
                 self.drop(peer)
                 return
-            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) > 1 or (not fds and size != 1):
+            handed = split(self.buffer, size) if fds else None
+            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) > 1 or (not fds and size != 1) or (fds and handed is None):
                 for fd in fds:
                     os_close(fd)
                 self.drop(peer)  # unanswered: its sender forwards what it sent
@@ -97,7 +102,7 @@ class HandOffReceiver:
                     return
                 self.settle(peer)
                 continue
-            self.peers[peer].append((fds[0], bytes(self.buffer[:size])))
+            self.peers[peer].append((fds[0], *handed))
             self.owed[peer] = self.owed.get(peer, 0) + 1
             if not self.answer(peer):
                 return
@@ -126,8 +131,9 @@ class HandOffReceiver:
             loop.remove_writer(peer.fileno())
             loop.add_reader(peer.fileno(), self.read, peer)
 
-    def adopt(self, fd: int, data: bytes) -> None:
-        """Serve the connection ``fd`` as if this worker's server of its port had accepted it, ``data`` as its first bytes read."""
+    def adopt(self, fd: int, data: bytes, handed_scope: dict | None) -> None:
+        """Serve the connection ``fd`` as if this worker's server of its port had accepted it, ``data`` as its first bytes
+        read, its first request's scope holding ``handed_scope`` too."""
         try:
             client = socket.socket(fileno=fd)
         except OSError:
@@ -144,7 +150,7 @@ class HandOffReceiver:
         METERS.hand_offs_received.inc()
 
         def protocol() -> asyncio.Protocol:
-            made = server.protocol(received=data)
+            made = server.protocol(received=data, handed_scope=handed_scope)
             if server.should_exit:
                 # Taken during a graceful stop, after uvicorn asked its connections to finish: this one finishes its request too.
                 asyncio.get_running_loop().call_soon(made.shutdown)
@@ -170,7 +176,7 @@ class HandOffReceiver:
         loop.remove_reader(peer.fileno())
         loop.remove_writer(peer.fileno())
         self.owed.pop(peer, None)
-        for fd, _ in self.peers.pop(peer, ()):
+        for fd, *_ in self.peers.pop(peer, ()):
             os_close(fd)
         peer.close()
 
@@ -192,9 +198,9 @@ class HandOffReceiver:
 
     def settle(self, peer: socket.socket) -> None:
         """The sender's reply just read, to the oldest hand-off answered: serve it, or close it (taken back)."""
-        fd, data = self.peers[peer].popleft()
+        fd, data, handed_scope = self.peers[peer].popleft()
         if self.buffer[0] == YOURS[0]:
-            self.adopt(fd, data)
+            self.adopt(fd, data, handed_scope)
         else:
             os_close(fd)
 
@@ -214,6 +220,24 @@ def descriptors(data: bytes) -> list[int]:
     """The descriptors an SCM_RIGHTS control message carries (whole ints only)."""
     whole = len(data) - len(data) % struct.calcsize("i")
     return list(struct.unpack(f"{whole // struct.calcsize('i')}i", data[:whole]))
+
+
+def split(buffer: bytearray, size: int) -> tuple[bytes, dict | None] | None:
+    """A hand-off's message of ``size`` bytes (``hand_off``): the bytes read from its connection, and what its first
+    request's scope is to hold (the sender's reading of its session; None: it sent none); None if it is not one."""
+    if size < READING_LENGTH.size:
+        return None
+    (length,) = READING_LENGTH.unpack_from(buffer)
+    start = READING_LENGTH.size + length
+    if start > size:
+        return None
+    if not length:
+        return bytes(buffer[start:size]), None
+    try:
+        reading = json.loads(buffer[READING_LENGTH.size : start])
+    except ValueError:
+        return None
+    return bytes(buffer[start:size]), {SESSION_READ_SCOPE_KEY: reading}
 
 
 def os_close(fd: int) -> None:

@@ -12,10 +12,12 @@ import asyncio
 import contextlib
 import types
 from collections.abc import AsyncIterator
+from unittest import mock
 
 import aiohttp
 import pytest
 import uvicorn
+from itsdangerous import TimestampSigner
 from prometheus_client import generate_latest
 
 from nemo_gym.config import free_port
@@ -104,3 +106,24 @@ async def test_a_request_of_this_workers_own_session_is_served_here():
             status, worker, body = await post(a_port.url, "/increment", cookies)
             assert (status, worker, body["count"]) == (200, a.server.worker_id, 2)
             assert a_port.reached == ["/increment"] and b_port.reached == []
+
+
+async def test_a_handed_requests_cookie_is_verified_once_on_this_host_and_the_next_request_on_its_connection_is_read_anew(monkeypatch):
+    """The owner takes the sender's reading of the handed request's session with the connection (a sibling, of this
+    process's user), as it takes a forwarding sibling's: one signature check on the host, not two. The reading is the
+    handed request's alone: the next request on the connection, of the other worker's session, is read by the owner
+    and handed back."""
+    monkeypatch.setattr(hand_off, "ANSWER_SECONDS", TIMEOUT_SECONDS)
+    async with two_workers() as (a, b, caller):
+        async with public_port(a) as a_port, public_port(b) as b_port:
+            cookies = {worker: await new_session(caller, worker) for worker in (a, b)}
+            connector = aiohttp.TCPConnector(limit=1)
+            async with aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar()) as http:
+                with mock.patch.object(TimestampSigner, "unsign", autospec=True, side_effect=TimestampSigner.unsign) as unsign:
+                    async with http.post(a_port.url + "/increment", cookies=cookies[b], json={}) as response:
+                        handed = (response.headers[WORKER_HEADER], (await response.json())["count"])
+                    checks = unsign.call_count
+                async with http.post(a_port.url + "/increment", cookies=cookies[a], json={}) as response:
+                    back = (response.headers[WORKER_HEADER], (await response.json())["count"])
+            assert (handed, checks) == ((b.server.worker_id, 2), 1)
+            assert back == (a.server.worker_id, 2) and b_port.reached == ["/increment"] and a_port.reached == ["/increment"]

@@ -16,7 +16,7 @@ from nemo_gym.config import free_port
 from nemo_gym.process.public_server import PublicServer
 from nemo_gym.protocols.handing_off import HANDED_EXTENSION, HandingOffProtocol
 from nemo_gym.protocols.input_limits import InputLimits
-from nemo_gym.routing.transport.hand_off import HandOffs, connected, hand_off_address
+from nemo_gym.routing.transport.hand_off import READING_LENGTH, HandOffs, connected, hand_off_address
 from nemo_gym.routing.transport.hand_off_receiver import HandOffReceiver
 
 TIMEOUT_SECONDS = 10
@@ -61,6 +61,11 @@ async def hand_over(senders: HandOffs, worker_id: str, request: bytes) -> tuple[
         return client, await senders.send(worker_id, accepted.fileno(), await asyncio.to_thread(accepted.recv, 65536))
 
 
+def unread(data: bytes) -> bytes:
+    """A hand-off's message of ``data`` with no reading of its session (``hand_off``), as a raw sender writes it."""
+    return READING_LENGTH.pack(0) + data
+
+
 def accepted_pair() -> tuple[socket.socket, socket.socket]:
     """A client's connection on loopback, and the end of it that a worker accepted."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
@@ -100,7 +105,7 @@ async def flooded(socket_dir: str, receiver: HandOffReceiver) -> tuple[socket.so
         client, accepted = accepted_pair()
         clients.append(client)
         client.sendall(b"GET /%d HTTP/1.1\r\nHost: t\r\n\r\n" % number)
-        socket.send_fds(raw, [await asyncio.to_thread(accepted.recv, 65536)], [accepted.fileno()])
+        socket.send_fds(raw, [unread(await asyncio.to_thread(accepted.recv, 65536))], [accepted.fileno()])
         accepted.close()
     await asyncio.sleep(0.2)
     return raw, clients

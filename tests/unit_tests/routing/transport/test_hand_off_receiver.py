@@ -16,7 +16,7 @@ import pytest
 
 from nemo_gym.routing.transport import hand_off
 from nemo_gym.routing.transport.hand_off import HandOffs, connected, hand_off_address
-from tests.unit_tests.routing.transport.hand_off_ends import FLOODED, TIMEOUT_SECONDS, accepted_pair, flooded, hand_over, open_fds, receiving, replied
+from tests.unit_tests.routing.transport.hand_off_ends import FLOODED, TIMEOUT_SECONDS, accepted_pair, flooded, hand_over, open_fds, receiving, replied, unread
 
 pytestmark = pytest.mark.anyio
 
@@ -39,13 +39,32 @@ async def test_a_handed_off_connection_is_served_by_the_receivers_public_server_
             senders.close()
 
 
+@pytest.mark.parametrize(
+    "message",
+    [b"\x00\x00", hand_off.READING_LENGTH.pack(100) + b"{}", hand_off.READING_LENGTH.pack(3) + b"{{{GET / HTTP/1.1\r\n\r\n"],
+    ids=["shorter-than-its-length", "reading-past-its-end", "reading-not-json"],
+)
+async def test_a_message_whose_reading_of_the_session_is_not_whole_json_ends_its_senders_connection_unacknowledged(socket_dir, message):
+    async with receiving(socket_dir, "receiver"):
+        raw = connected(hand_off_address(socket_dir, "receiver"))
+        one, two = socket.socketpair()
+        socket.send_fds(raw, [message], [one.fileno()])
+        raw.settimeout(TIMEOUT_SECONDS)
+        assert await asyncio.to_thread(raw.recv, 1) == b""  # no acknowledgement: ended
+        raw.close()
+        one.close()
+        two.settimeout(TIMEOUT_SECONDS)
+        assert await asyncio.to_thread(two.recv, 1) == b""  # the receiver kept no copy
+        two.close()
+
+
 @pytest.mark.parametrize("descriptors", [0, 2])
 async def test_a_message_without_exactly_one_descriptor_ends_its_senders_connection_unacknowledged(socket_dir, descriptors):
     async with receiving(socket_dir, "receiver"):
         before = open_fds()
         raw = connected(hand_off_address(socket_dir, "receiver"))
         pairs = [socket.socketpair() for _ in range(descriptors)]
-        socket.send_fds(raw, [b"GET / HTTP/1.1\r\n\r\n"], [one.fileno() for one, _ in pairs])
+        socket.send_fds(raw, [unread(b"GET / HTTP/1.1\r\n\r\n")], [one.fileno() for one, _ in pairs])
         raw.settimeout(TIMEOUT_SECONDS)
         assert await asyncio.to_thread(raw.recv, 1) == b""  # no acknowledgement: ended
         raw.close()
@@ -78,7 +97,7 @@ async def test_a_receiver_serves_what_its_sender_says_is_its_own_and_closes_what
                 client, accepted = accepted_pair()
                 with client:
                     client.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: t\r\n\r\n")
-                    socket.send_fds(raw, [await asyncio.to_thread(accepted.recv, 65536)], [accepted.fileno()])
+                    socket.send_fds(raw, [unread(await asyncio.to_thread(accepted.recv, 65536))], [accepted.fileno()])
                     accepted.close()
                     assert await asyncio.to_thread(raw.recv, 1) == hand_off.RECEIVED
                     raw.send(reply)
@@ -97,7 +116,7 @@ async def test_a_sender_gone_before_its_reply_leaves_the_receivers_copy_closed_u
         client, accepted = accepted_pair()
         with client:
             client.sendall(b"GET /orphan HTTP/1.1\r\nHost: t\r\n\r\n")
-            socket.send_fds(raw, [await asyncio.to_thread(accepted.recv, 65536)], [accepted.fileno()])
+            socket.send_fds(raw, [unread(await asyncio.to_thread(accepted.recv, 65536))], [accepted.fileno()])
             accepted.close()
             assert await asyncio.to_thread(raw.recv, 1) == hand_off.RECEIVED
             raw.close()
