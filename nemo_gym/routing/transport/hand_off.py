@@ -104,29 +104,29 @@ class HandOffs:
     def answered(self, worker_id: str) -> None:
         """The receiver's answers, each to the oldest hand-off waiting: it is the receiver's unless taken back."""
         sock, waiting = self.sockets[worker_id], self.waiting[worker_id]
-        while True:
-            try:
-                answer = sock.recv(1)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                answer = b""
-            if not answer or not waiting:  # the receiver is gone (or speaks out of turn): what it has not taken is not taken
-                self.forget(worker_id)
-                return
-            taken = waiting.popleft()
-            yours = not taken.done()
-            if yours:
-                # Counted before the receiver may serve it: a client that reads the reply sees it counted.
-                METERS.hand_offs_sent.inc()
-            try:
-                sock.send(YOURS if yours else TAKEN_BACK)
-            except OSError:  # unsent: once this connection is closed, the receiver closes what it was not told is its own
-                taken_back(taken, "refused")
-                self.forget(worker_id)
-                return
-            if yours:
-                taken.set_result(None)
+        # One answer a call: the loop calls again while more wait (a read that finds none costs a system call and an exception).
+        try:
+            answer = sock.recv(1)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            answer = b""
+        if not answer or not waiting:  # the receiver is gone (or speaks out of turn): what it has not taken is not taken
+            self.forget(worker_id)
+            return
+        taken = waiting.popleft()
+        yours = not taken.done()
+        if yours:
+            # Counted before the receiver may serve it: a client that reads the reply sees it counted.
+            METERS.hand_offs_sent.inc()
+        try:
+            sock.send(YOURS if yours else TAKEN_BACK)
+        except OSError:  # unsent: once this connection is closed, the receiver closes what it was not told is its own
+            taken_back(taken, "refused")
+            self.forget(worker_id)
+            return
+        if yours:
+            taken.set_result(None)
 
     def forget(self, worker_id: str) -> None:
         sock = self.sockets.pop(worker_id, None)

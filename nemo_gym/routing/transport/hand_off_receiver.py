@@ -77,35 +77,35 @@ class HandOffReceiver:
             asyncio.get_running_loop().add_reader(peer.fileno(), self.read, peer)
 
     def read(self, peer: socket.socket) -> None:
-        while True:
-            try:
-                size, ancillary, flags, _ = peer.recvmsg_into([self.buffer], ONE_FD_SPACE, socket.MSG_CMSG_CLOEXEC)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as error:
-                logger.warning("hand-off socket read failed: %s", error)
+        """One message from ``peer``: the loop calls again while more wait (a read that finds none costs a system call
+        and an exception, on every hand-off)."""
+        try:
+            size, ancillary, flags, _ = peer.recvmsg_into([self.buffer], ONE_FD_SPACE, socket.MSG_CMSG_CLOEXEC)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as error:
+            logger.warning("hand-off socket read failed: %s", error)
+            self.drop(peer)
+            return
+        fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS for fd in descriptors(data)]
+        if not size and not fds:
+            self.drop(peer)
+            return
+        handed = split(self.buffer, size) if fds else None
+        if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) > 1 or (not fds and size != 1) or (fds and handed is None):
+            for fd in fds:
+                os_close(fd)
+            self.drop(peer)  # unanswered: its sender forwards what it sent
+            return
+        if not fds:  # the sender's reply to the oldest hand-off answered
+            if not self.peers[peer]:
                 self.drop(peer)
                 return
-            fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS for fd in descriptors(data)]
-            if not size and not fds:
-                self.drop(peer)
-                return
-            handed = split(self.buffer, size) if fds else None
-            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) > 1 or (not fds and size != 1) or (fds and handed is None):
-                for fd in fds:
-                    os_close(fd)
-                self.drop(peer)  # unanswered: its sender forwards what it sent
-                return
-            if not fds:  # the sender's reply to the oldest hand-off answered
-                if not self.peers[peer]:
-                    self.drop(peer)
-                    return
-                self.settle(peer)
-                continue
-            self.peers[peer].append((fds[0], *handed))
-            self.owed[peer] = self.owed.get(peer, 0) + 1
-            if not self.answer(peer):
-                return
+            self.settle(peer)
+            return
+        self.peers[peer].append((fds[0], *handed))
+        self.owed[peer] = self.owed.get(peer, 0) + 1
+        self.answer(peer)
 
     def answer(self, peer: socket.socket) -> bool:
         """Send the answers owed to ``peer``; whether all went. Where its socket has no room (a flood answered at
