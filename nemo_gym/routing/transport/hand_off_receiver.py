@@ -235,7 +235,7 @@ def split(buffer: bytearray, size: int) -> tuple[bytes, dict | None] | None:
         return bytes(buffer[start:size]), None
     try:
         reading = json.loads(buffer[READING_LENGTH.size : start])
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return None
     return bytes(buffer[start:size]), {SESSION_READ_SCOPE_KEY: reading}
 

@@ -41,8 +41,13 @@ async def test_a_handed_off_connection_is_served_by_the_receivers_public_server_
 
 @pytest.mark.parametrize(
     "message",
-    [b"\x00\x00", hand_off.READING_LENGTH.pack(100) + b"{}", hand_off.READING_LENGTH.pack(3) + b"{{{GET / HTTP/1.1\r\n\r\n"],
-    ids=["shorter-than-its-length", "reading-past-its-end", "reading-not-json"],
+    [
+        b"\x00\x00",
+        hand_off.READING_LENGTH.pack(100) + b"{}",
+        hand_off.READING_LENGTH.pack(3) + b"{{{GET / HTTP/1.1\r\n\r\n",
+        hand_off.READING_LENGTH.pack(200_000) + b"[" * 200_000,
+    ],
+    ids=["shorter-than-its-length", "reading-past-its-end", "reading-not-json", "reading-nested-too-deep"],
 )
 async def test_a_message_whose_reading_of_the_session_is_not_whole_json_ends_its_senders_connection_unacknowledged(socket_dir, message):
     async with receiving(socket_dir, "receiver"):
