@@ -5,8 +5,8 @@ request here: a cycle and a task, and the layers in front of the router, for a r
 the public port's protocol offers each request, once its head is parsed and before its app starts
 (``protocols.handing_off``, through the lifespan state), to ``EarlyHandOff``: when the router would hand it to a
 sibling (``SessionRouter.owner_elsewhere``), the connection is offered to that sibling then (``HandingOffProtocol.offer``,
-``HandOffs.offer``), with this worker's reading of the session, which the sibling takes as read, and its app starts only if the sibling does not take it, the request carried on by the router
-as before: the sibling's refusal is what the router's hand-off finds, and counts (``forwards_not_handed_off``), and it
+``HandOffs.offer``) with this worker's reading of the session, which the sibling takes as read. Its app starts only
+if the sibling does not take it, the request carried on by the router as before: the sibling's refusal is what the router's hand-off finds, and counts (``forwards_not_handed_off``), and it
 forwards the request. A connection that cannot be offered at all (TLS, a request behind another, more read than is
 kept) is left to the router alike.
 """

@@ -57,17 +57,18 @@ class HandOffs:
         # Per sibling, the hand-offs sent and not yet answered, oldest first (done: taken back).
         self.waiting: dict[str, collections.deque[asyncio.Future]] = {}
 
-    async def send(self, worker_id: str, fd: int, data: bytes, reading: bytes = b"") -> str | None:
+    async def send(self, worker_id: str, fd: int, data: bytes) -> str | None:
         """Pass ``fd`` and ``data`` to ``worker_id``; None once it took them, else why not (``offer``)."""
-        taken = self.offer(worker_id, fd, data, reading)
+        taken = self.offer(worker_id, fd, data)
         if isinstance(taken, str):
             return taken
         return await taken  # cancelled with its request: taken back too
 
     def offer(self, worker_id: str, fd: int, data: bytes, reading: bytes = b"") -> str | asyncio.Future:
-        """Pass ``fd`` and ``data`` (``reading``: this worker's reading of the request's session, JSON) to ``worker_id``: why not at once (a queue that is full, a sibling without a hand-off
-        socket: never blocks the loop), or what resolves to None once the sibling took them, or to why not (taken
-        back: unanswered within ``ANSWER_SECONDS``, or the sibling gone)."""
+        """Pass ``fd`` and ``data`` (and ``reading``, this worker's reading of the request's session, JSON) to
+        ``worker_id``: why not at once (a queue that is full, a sibling without a hand-off socket: never blocks the
+        loop), or what resolves to None once the sibling took them, or to why not (taken back: unanswered within
+        ``ANSWER_SECONDS``, or the sibling gone)."""
         reason, taken = self.post(worker_id, fd, READING_LENGTH.pack(len(reading)) + reading + data)
         if taken is None:
             return reason
