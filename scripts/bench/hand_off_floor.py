@@ -77,7 +77,7 @@ def hand_off_floor(count: int) -> dict[str, float]:
         finally:
             os._exit(0)
     receiver.close()
-    with socket.create_server(("127.0.0.1", 0)) as listener, socket.create_connection(listener.getsockname()) as client:
+    with socket.create_server(("127.0.0.1", 0)) as listener, socket.create_connection(listener.getsockname()):
         accepted, _ = listener.accept()
         with accepted:
             began = time.thread_time()  # this thread's alone: the process calling may run others

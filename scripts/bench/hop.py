@@ -144,7 +144,7 @@ def hop_table(result: dict, args: argparse.Namespace) -> str:
         "   CPU: both workers' user and system (kernel) time per request, from /proc (10 ms ticks, summed over blocks).",
         f"   every increment reached its session's state: {'yes' if result['state_intact'] else 'NO'}",
         f"   forwarded: {extra_us:.0f} us more CPU than local per request. The floor of a hand-off on this stack, the public port's",
-        f"   other way to a sibling (a bare connection passed to another process and served there, nothing parsed,",
+        "   other way to a sibling (a bare connection passed to another process and served there, nothing parsed,",
         f"   scripts/bench/hand_off_floor.py): {result['floor']:.0f} us of CPU, both processes.",
     ]
     return "\n".join([title, render_table(header, rows), *notes])
