@@ -35,8 +35,7 @@ from nemo_gym.protocols.handing_off import HandingOffProtocol
 from nemo_gym.routing.exchange import forwarded_headers
 from nemo_gym.routing.forwarder import outcome_unknown
 from nemo_gym.routing.replica import ReplicaPeer, owner_label
-from nemo_gym.routing.request_id import ID_HEADER, SAFE_METHODS, new_id_header
-from nemo_gym.routing.router import WORKER_HEADER_KEY, SessionRouter, labelled, with_reading
+from nemo_gym.routing.router import WORKER_HEADER_KEY, SessionRouter, labelled, with_id, with_reading
 from nemo_gym.routing.transport.connection import OwnerConnection, request_head
 from nemo_gym.sessions.replies import retry_later
 
@@ -62,14 +61,11 @@ class Relays:
         if not cycle.keep_alive or scope["method"] == "HEAD" or scope["path"] == METRICS_PATH:
             return False
         length: int | None = None
-        has_id = False
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if length is not None or not value.isdigit():
                     return False
                 length = int(value)
-            elif name == ID_HEADER:
-                has_id = True
             elif name in NOT_RELAYED or name.startswith(b"x-forwarded-"):
                 return False
         if length is not None and length > self.max_body_bytes:
@@ -80,8 +76,7 @@ class Relays:
         connection = self.transport.kept(peer)
         if connection is None:
             return False
-        if not has_id and scope["method"] not in SAFE_METHODS:
-            scope["headers"].append(new_id_header())  # as the router adds it: the same id if the ASGI path takes it back
+        with_id(scope)  # as the router's forward gives it: the same id if the ASGI path takes the request back
         Relayed(self, protocol, cycle, app, peer, connection, length is not None)
         return True
 
