@@ -43,6 +43,7 @@ WORKER_HEADER_KEY = WORKER_HEADER.lower().encode()
 # The session ``owner_elsewhere`` found a request naming, left in its scope for whoever reads it next (the router itself):
 # the request's cookie is parsed once, whatever asks.
 NAMED_SESSION_SCOPE_KEY = "nemo_gym.named_session"
+UNREAD = object()
 
 
 class SessionRouter:
@@ -81,20 +82,23 @@ class SessionRouter:
             await self.app(scope, receive, send)
             return
         send = labelled(send, self.label)
-        # Only a forwarding worker may name the caller's address or its reading of the session; from the public port
-        # they are stripped. One plain loop over the head, for both: on every request, a generator's frame (any(...))
-        # cost more than the scan itself.
-        sibling_only = False
-        for name, _ in scope["headers"]:
-            if name == CLIENT_HEADER or name == SESSION_READ_HEADER:
-                sibling_only = True
-        if sibling_only:
-            scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER and name != SESSION_READ_HEADER]
+        # The session ``owner_elsewhere`` read, which it reads only from a head that holds no sibling-only header.
+        named = scope.pop(NAMED_SESSION_SCOPE_KEY, UNREAD)
+        if named is UNREAD:
+            # Only a forwarding worker may name the caller's address or its reading of the session; from the public port
+            # they are stripped. One plain loop over the head, for both: on every request, a generator's frame (any(...))
+            # cost more than the scan itself.
+            sibling_only = False
+            for name, _ in scope["headers"]:
+                if name == CLIENT_HEADER or name == SESSION_READ_HEADER:
+                    sibling_only = True
+            if sibling_only:
+                scope["headers"] = [(name, value) for name, value in scope["headers"] if name != CLIENT_HEADER and name != SESSION_READ_HEADER]
         if scope["path"] in self.start_paths:
             await self.start_session(scope, receive, send)
             return
         try:
-            session = scope.pop(NAMED_SESSION_SCOPE_KEY) if NAMED_SESSION_SCOPE_KEY in scope else self.owners.named_session(scope)
+            session = self.owners.named_session(scope) if named is UNREAD else named
         except AmbiguousSession as error:
             await JSONResponse(status_code=400, content={"detail": error.detail})(scope, receive, send)
             return
