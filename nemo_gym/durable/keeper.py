@@ -61,6 +61,8 @@ class DurableSessions:
         self.written_at: dict[str, float] = {}
         # The tombstones of sessions ended here and not yet committed.
         self.ending: dict[str, str] = {}
+        # The sessions ending with the request being served (``end_with_request``): whether their tombstone is committed.
+        self.ending_with_request: dict[str, bool] = {}
         self.pending: dict[str, tuple[str | None, asyncio.Future[set[str]]]] = {}
         self.gathering: dict[str, str | None] = {}
         self.gathered: asyncio.Future[set[str]] | None = None
@@ -163,7 +165,9 @@ class DurableSessions:
                         del self.pending[session_id]
                     # This worker's tombstone of a session it ended: known as one without reading it again.
                     ended = session_id in self.ending and self.row(session_id) == state
-                    if ended:
+                    if ended and session_id in self.ending_with_request:
+                        self.ending_with_request[session_id] = True  # its state is held until ``end``: any save meanwhile writes the tombstone
+                    elif ended:
                         del self.ending[session_id]
                         self.applied.pop(session_id, None)
                     # A tombstone is the store's, no longer this worker's to hold.
@@ -191,13 +195,30 @@ class DurableSessions:
     def end(self, session_id: str, detail: str | None = None) -> None:
         """The session is over: its state goes from memory, and from the store with the next ``save`` of it, which
         leaves a tombstone with ``detail`` in its row (None: only this worker's copy goes; the row is left)."""
+        committed = self.ending_with_request.pop(session_id, False)
         self.states.end(session_id)
         if detail is None:
             self.applied.pop(session_id, None)
             self.written.pop(session_id, None)
             self.written_at.pop(session_id, None)
+        elif committed:
+            del self.ending[session_id]
+            self.applied.pop(session_id, None)
         else:
             self.ending[session_id] = tombstone(detail)  # its row remembers the requests it did, and the one that ended it
+
+    def end_with_request(self, session_id: str, detail: str) -> None:
+        """The session ends with the request being served (a verify): from now on its row is to hold a tombstone
+        with ``detail``, committed with that request's reply. Its state stays in memory until ``end`` (once
+        the commit is done, or may be); ``resume`` takes the end back if the request is refused."""
+        self.ending[session_id] = tombstone(detail)
+        self.ending_with_request[session_id] = False
+
+    def resume(self, session_id: str) -> None:
+        """The request that was ending the session is refused unwritten: the session goes on, as the store holds it."""
+        if self.ending_with_request.pop(session_id, None) is not None:
+            self.ending.pop(session_id, None)
+        self.hold(session_id, self.written.get(session_id))
 
     def drop(self, session_id: str) -> None:
         """Another worker owns the session in the store now: this worker's copy of it goes from memory."""

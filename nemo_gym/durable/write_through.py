@@ -35,7 +35,10 @@ class WriteThrough:
 
     A write the store cannot commit (``StoreUnavailable``) replaces the app's reply with a 503 and
     Retry-After, sent through the session layer, so it carries the session's cookie; the sessions are
-    back to their stored state (``DurableSessions``), so nothing unstored is acknowledged.
+    back to their stored state (``DurableSessions``), so nothing unstored is acknowledged. The same holds
+    for a session the request ended (a verify): its end is finished (``SessionLifecycle.settle``) once
+    the commit is done, before the reply starts, and taken back (``revive``) when the request is refused
+    unwritten (not when the store's answer is unknown: that end stands, its tombstone written by the sweeps).
 
     With owner leases (a store shared across hosts, ``durable.lease``): a request waits for the lease to
     be valid first (503 if it cannot be renewed); a session another worker owns under a live lease gets
@@ -50,6 +53,7 @@ class WriteThrough:
         self.app = app
         self.adopter = adopter
         self.sessions = adopter.sessions
+        self.lifecycle = adopter.lifecycle
         self.tokens = tokens
         # The requests being served now, by session and request id: a repeat meanwhile waits its turn (409).
         self.serving: set[tuple[str, str]] = set()
@@ -122,6 +126,7 @@ class WriteThrough:
             touched = [current] if token_session is None else [current, token_session]
             if self.sessions.epoch != epoch:
                 refused = True
+                self.lifecycle.revive(touched)
                 self.sessions.revert(touched)
                 await (await self.moved(session, session_id))(scope, receive, send)
                 return False
@@ -129,16 +134,21 @@ class WriteThrough:
                 await self.sessions.save(touched, reply)
             except StoreUnavailable as error:
                 refused = True
+                if not error.may_have_applied:
+                    self.lifecycle.revive(touched)
                 await store_unavailable(error)(scope, receive, send)
                 return False
             except SessionTaken:
                 if self.sessions.lease is None:
                     raise
                 refused = True
+                for revived in self.lifecycle.revive(touched):
+                    self.lifecycle.taken(revived)  # ends here as a conflict: its copy and its sandbox are the new owner's
                 for touched_id in touched:
                     self.sessions.drop(touched_id)
                 await (await self.moved(session, session_id))(scope, receive, send)
                 return False
+            await self.lifecycle.settle(touched)  # an end this request made finishes before its reply starts
             return True
 
         async def send_after_writing(message: Message) -> None:

@@ -4,9 +4,10 @@
 ``registry``), stops counting toward the caps (``cap``) and as live in the metrics (``nemo_gym.metrics``:
 ended by reason), the server's hook ``on_session_end(session_id, reason)`` runs (awaited; an error in it
 is logged, and the session is ended all the same), then the framework drops the session's durable state,
-and its row becomes a tombstone, written with the reply of the request that ended it (verify, which the
-tombstone remembers by its request id) or at once (close, idle, expiry); one the store refused is written again by each sweep until it is. A second end of the same
-session does nothing.
+and its row becomes a tombstone, written at once (close, idle, expiry; one the store refused is written
+again by each sweep until it is) or, for a verify, with its reply (which the tombstone remembers by its
+request id): that commit comes first, and the hook runs once it is done, so that a verify refused
+unwritten ends nothing (``end``'s ``by_its_request``). A second end of the same session does nothing.
 
 The sweeper runs in each worker, every quarter of ``session_idle_timeout_seconds`` (at most a minute): a
 live session with no request for that long, and none being served, ends as idle. The clock is the owner's,
@@ -69,6 +70,8 @@ class SessionLifecycle:
         self.durable = durable
         self.worker_id = worker_id
         self.registry = SessionRegistry()
+        # Durable sessions ending with the request being served, until its commit settles: id -> (reason, detail).
+        self.ending_with_request: dict[str, tuple[EndReason, str]] = {}
         self.sweeper: asyncio.Task | None = None
         self.orphans: Orphans | None = None
         if durable is not None:
@@ -100,18 +103,47 @@ class SessionLifecycle:
         self.registry.start(session_id, last_used)
         METERS.live_sessions.inc()
 
-    async def end(self, session_id: str, reason: EndReason) -> bool:
+    async def end(self, session_id: str, reason: EndReason, by_its_request: bool = False) -> bool:
         """End the session if it is live (True): the hook, then its durable state dropped and its tombstone committed.
-        Shielded: a request cancelled meanwhile (its caller gone) leaves the end to finish."""
+        Shielded: a request cancelled meanwhile (its caller gone) leaves the end to finish.
+
+        ``by_its_request``: the request being served ends it (a verify). A durable session's end then waits on
+        that request's commit, which writes the tombstone with its reply: ``settle`` finishes it once the
+        commit is done (or may be), ``revive`` takes it back if the request is refused unwritten, so that
+        a 503 saying the request did not take effect is true of the end too (no hook ran, nothing was dropped)."""
         now = time.time()
         idle_for = now - self.registry.last_used.get(session_id, now)
         detail = end_detail(session_id, reason, idle_for, self.idle_timeout, self.worker_id)
         if not self.registry.end(session_id, detail):
             return False
+        if by_its_request and self.durable is not None:
+            self.durable.end_with_request(session_id, detail)
+            self.ending_with_request[session_id] = (reason, detail)
+            return True
+        await self.ended(session_id, reason, detail)
+        return True
+
+    async def ended(self, session_id: str, reason: EndReason, detail: str) -> None:
         self.count.add(-1)
         METERS.session_ended(reason)
         await asyncio.shield(asyncio.ensure_future(self.finish(session_id, reason, detail)))
-        return True
+
+    async def settle(self, session_ids: list[str]) -> None:
+        """The commit of the request ending these sessions is done, or may be: their ends finish (hook, state dropped)."""
+        for session_id in session_ids:
+            if (pending := self.ending_with_request.pop(session_id, None)) is not None:
+                await self.ended(session_id, *pending)
+
+    def revive(self, session_ids: list[str]) -> list[str]:
+        """The request ending these sessions was refused unwritten: each goes on, live, as the store holds it.
+        Returns the ones it revived."""
+        revived = []
+        for session_id in session_ids:
+            if self.ending_with_request.pop(session_id, None) is not None:
+                self.durable.resume(session_id)
+                self.registry.start(session_id)
+                revived.append(session_id)
+        return revived
 
     async def finish(self, session_id: str, reason: EndReason, detail: str) -> None:
         try:

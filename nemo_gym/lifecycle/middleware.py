@@ -14,7 +14,8 @@ cookie's; on ``/mcp`` its token's) is, in this order:
   that its tombstone is forgotten, ``registry``): started if no cap is reached, else 503 with Retry-After
   naming the cap, before the app sees it.
 
-A 2xx reply on one of ``end_paths`` (``/verify``) ends the session before the reply starts.
+A 2xx reply on one of ``end_paths`` (``/verify``) ends the session before the reply starts (a durable one
+with that reply's commit: a reply refused unwritten ends nothing, ``SessionLifecycle.end``).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class Lifecycle:
 
         async def send_after_ending(message: Message) -> None:
             if ends and message["type"] == "http.response.start" and 200 <= message["status"] < 300:
-                await self.lifecycle.end(session_id, EndReason.VERIFY)
+                await self.lifecycle.end(session_id, EndReason.VERIFY, by_its_request=True)
             await send(message)
 
         self.registry.enter(session_id)
@@ -87,6 +88,8 @@ class Lifecycle:
             await self.app(scope, receive, send_after_ending)
         finally:
             self.registry.leave(session_id)
+            # An end the write-through neither finished nor took back (its commit's outcome unknown, the request cancelled).
+            await self.lifecycle.settle([session_id])
 
     def takes(self, method: str, root_path: str, path: str) -> bool:
         """Whether a route of the app takes a request for ``path`` with ``method``, as the app's router matches it."""

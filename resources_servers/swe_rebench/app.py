@@ -3,15 +3,17 @@
 ``/seed_session`` makes the session's sandbox (a git working copy of the task's repository on a
 size-capped tmpfs of its own, under this worker's locked part of the instance's sandbox root) and keeps
 it in a dict keyed by session id. Every tool runs as a bounded subprocess inside the sandbox's jail
-(``jail.py``), which shows that repository and nothing else of the host. ``/verify`` pops the sandbox,
-takes the patch as ``git diff`` against the seed commit (in the jail), applies it to a fresh copy of the
-task in a fresh sandbox, runs the hidden tests there (jailed too) and grades from the per-test results
-the runner signs over a channel of that run alone (``grading.py``), and removes both.
+(``jail.py``), which shows that repository and nothing else of the host. ``/verify`` takes the patch as
+``git diff`` against the seed commit (in the jail), applies it to a fresh copy of the task in a fresh
+sandbox, runs the hidden tests there (jailed too) and grades from the per-test results the runner signs
+over a channel of that run alone (``grading.py``), and removes that one. The session's own sandbox goes
+with its end (``on_session_end``), which a 2xx verify makes before its reply starts.
 
 With durable sessions (on when routed, ``nemo_gym.durable``), each session's sandbox is stored by name
 (``sessions.py``) and outlives its worker and a restart: sweeps spare the sandboxes the store names, and
-a worker that adopts a session re-attaches its sandbox where it is. A session that ends without a verify
-(``/close_session``, idleness: ``nemo_gym.lifecycle``) has its sandbox removed then (``on_session_end``);
+a worker that adopts a session re-attaches its sandbox where it is. A verify the store does not commit
+ends nothing (``nemo_gym.lifecycle``), so its retry grades the same sandbox. A session that ends
+(verify, ``/close_session``, idleness) has its sandbox removed then (``on_session_end``);
 what is left when the server stops goes then; those of a killed worker when the server next starts or stops.
 ``max_sandbox_disk_mb`` caps the disk of all the instance's sandboxes together: each live session counts
 for its sandbox's tmpfs cap (``max_disk_mb``), and a new session over the total gets 503 before any is made.
@@ -385,7 +387,9 @@ class SweRebenchServer(SimpleResourcesServer):
 
     async def verify(self, request: Request, body: SweRebenchVerifyRequest) -> SweRebenchVerifyResponse:
         session_id = request.session[SESSION_ID_KEY]
-        sandbox = self.sandboxes.pop(session_id, None)
+        # Left in place: it goes with the session's end (``on_session_end``), which a 2xx verify makes once its reply
+        # is committed; a verify refused unwritten (a full store, a lapsed lease) leaves it for the retry.
+        sandbox = self.sandboxes.get(session_id)
         if sandbox is None and session_id in self.sandboxes.lost:
             raise HTTPException(410, self.sandboxes.lost[session_id])
         if sandbox is None:
@@ -394,10 +398,7 @@ class SweRebenchServer(SimpleResourcesServer):
                 "verified, or was seeded in another worker; there is no patch to grade"
             )
         else:
-            try:
-                grade = await self.grade(sandbox, body.task_id)
-            finally:
-                await asyncio.to_thread(sandbox.remove)
+            grade = await self.grade(sandbox, body.task_id)
         return SweRebenchVerifyResponse.model_validate(body.model_dump() | vars(grade) | {"worker_pid": os.getpid()})
 
     async def grade(self, sandbox: Sandbox, task_id: str) -> Grade:

@@ -4,12 +4,14 @@ sandboxes; a stored state naming a gone sandbox, or anything outside the sandbox
 import json
 import os
 import re
+import tempfile
 
 import pytest
 from starlette.testclient import TestClient
 
 from nemo_gym.durable.sqlite_store import SQLiteStore
 from nemo_gym.openai_utils import new_response
+from nemo_gym.routing.request_id import ID_HEADER_NAME
 from resources_servers.swe_rebench.app import DEFAULT_TASKS_DIR, MIB
 from resources_servers.swe_rebench.cgroups import Cgroups
 from resources_servers.swe_rebench.sandbox import load_tasks
@@ -18,8 +20,12 @@ from resources_servers.swe_rebench.sessions import sandbox_names
 from resources_servers.swe_rebench.tests.test_app import ROWS, make_server, sandboxes_left, seeded, verify
 from resources_servers.swe_rebench.tmpfs import mounts_under, remove_tree
 from responses_api_models.scripted_backend.app import SWE_REBENCH_FIXES
+from tests.full_filesystem import full, mounted_tmpfs, needs_mount
+from tests.unit_tests.durable.filling import commit_until_refused
 
 FIX = SWE_REBENCH_FIXES["bounds.py"]
+# A verify sent under an id of its own, as Gym's client sends it: stored with its reply, or not at all.
+ONCE = {ID_HEADER_NAME: "verify-once"}
 
 
 @pytest.fixture
@@ -55,8 +61,12 @@ def adopter(sandbox_dir, exported):
         yield server, client
 
 
+def verify_row() -> dict:
+    return {**ROWS["clamp_upper"], "response": new_response().model_dump(mode="json")}
+
+
 def verify_reply(client):
-    return client.post("/verify", json={**ROWS["clamp_upper"], "response": new_response().model_dump(mode="json")})
+    return client.post("/verify", json=verify_row())
 
 
 def forged(state: str, **changes) -> str:
@@ -248,3 +258,28 @@ def test_stored_states_name_their_sandboxes_and_malformed_ones_name_none(tmp_pat
     store.write("three", "w1", forged(good, sandbox="../../etc"))
     assert sandbox_names(stored.state for stored in store.export()) == {"worker-a/sandbox-b"}
     store.close()
+
+
+@needs_mount
+def test_a_verify_the_full_store_refused_keeps_its_sandbox_and_its_retry_scores_one(sandbox_dir, tmp_path):
+    """A durable server whose store's file system is full when a fixed session verifies (under an id, so its
+    reply is to be stored with its tombstone): 503 saying the verify did not take effect, and it did not (the
+    sandbox is there, with the fix); once there is room the retry grades the same sandbox, scores 1.0, and
+    the sandbox goes with the session's end."""
+    (tmp_path / "state").mkdir()
+    with mounted_tmpfs(tmp_path / "state", "2m") as state:
+        server = make_server(sandbox_dir, num_workers=2, session_store=str(state / "swe.sqlite3"))  # durable: routed, so two workers
+        with tempfile.TemporaryDirectory(prefix="ngw-test-", dir="/tmp") as socket_dir, TestClient(server.build_app(socket_dir)) as client:
+            seeded(client)
+            assert client.post("/write_file", json={"path": "bounds.py", "content": FIX}).status_code == 200
+            store = server._assembly.durable.store
+            with full(state):
+                client.portal.call(commit_until_refused, store)
+                refused = client.post("/verify", json=verify_row(), headers=ONCE)
+                assert refused.status_code == 503 and "did not take effect" in refused.json()["detail"], refused.text
+            (sandbox,) = sandbox_dir.glob("worker-*/sandbox-*")
+            assert (sandbox / "repo" / "bounds.py").read_text() == FIX
+            retried = client.post("/verify", json=verify_row(), headers=ONCE)
+            assert retried.status_code == 200 and retried.json()["reward"] == 1.0, retried.text
+            assert sandboxes_left(sandbox_dir) == []
+        store.close()  # the worker's, which its process's exit closes

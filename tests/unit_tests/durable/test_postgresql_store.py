@@ -16,8 +16,13 @@ from nemo_gym.durable.lease import LeaseTerms
 from nemo_gym.durable.postgresql_store import PostgreSQLStore
 from nemo_gym.durable.states import SessionStates
 from nemo_gym.durable.store import StoreError, open_store
+from nemo_gym.durable.tombstones import ended_detail
+from nemo_gym.lifecycle.cap import LiveCount
+from nemo_gym.lifecycle.ending import SessionLifecycle
+from nemo_gym.lifecycle.registry import EndReason
 from tests.postgres import Postgres, postgres_or_skip
 from tests.hostile_passwords import PASSWORDS, leaked, written_forms
+from tests.unit_tests.durable.test_write_through import verifying
 
 PASSWORD = "unit-test:pass@word"
 INSTANCE = "counter"
@@ -158,3 +163,40 @@ def test_no_password_of_printable_characters_is_in_the_location_or_the_error_of_
             PostgreSQLStore(written, INSTANCE)
         assert not leaked(password, str(refused.value)), (written, str(refused.value))
         assert "cannot be used" in str(refused.value)
+
+
+@pytest.mark.anyio
+async def test_a_verify_served_while_the_lease_lapsed_is_refused_unwritten_and_its_session_lives_on_for_the_retry(stores):
+    """A verify outlives this worker's lease, which another request renews meanwhile (a new incarnation: a lapse).
+    Its 503 says the verify did not take effect, and it did not: no hook, no tombstone, the session still live
+    here as the store holds it (its row still names this worker), so the retry scores and ends it once."""
+    mine, _ = stores
+    counters = SessionStates(int)
+    sessions = DurableSessions(mine, counters, ME, lease=LeaseTerms(DOMAIN, {}, SHORT))
+    hooked = []
+
+    async def hook(session_id, reason):
+        hooked.append((session_id, reason))
+
+    lifecycle = SessionLifecycle(hook, None, LiveCount(None, None), [], sessions, ME)
+    await sessions.ensure_lease()
+    assert lifecycle.admit("s") is None
+    counters["s"] = 5
+    await sessions.save(["s"])
+    lapses = []
+
+    async def outlive_the_lease():
+        if not lapses:
+            await asyncio.sleep(PAST)
+            epoch = sessions.epoch
+            await sessions.ensure_lease()
+            lapses.append(sessions.epoch - epoch)
+
+    post_verify = verifying(sessions, lifecycle, during=outlive_the_lease)
+    status, body = await post_verify()
+    assert lapses == [1] and status == 503 and "did not take effect" in body["detail"], body
+    assert hooked == [] and lifecycle.registry.is_live("s") and counters.get("s") == 5
+    assert (await mine.read("s")).state == sessions.written["s"]
+    assert await post_verify() == (200, {"reward": 5})
+    assert hooked == [("s", EndReason.VERIFY)] and "ended with its /verify" in ended_detail((await mine.read("s")).state)
+    await lifecycle.close()
