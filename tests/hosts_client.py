@@ -19,7 +19,8 @@
   after ``ready`` is the JSON list of each session's Cookie header once seeded and added to.
 - ``swe_sessions``: ``{"url", "sessions", "seconds", "think", "row", "path", "content"}``: swe_rebench sessions of
   one task row, each seeded and fixed (``content`` written to ``path``), then ``ready`` and the JSON list of
-  their Cookie headers; on a line on stdin each verifies, 503s retried as above for ``seconds``. Per
+  their Cookie headers; on a line on stdin each verifies (under an ``Idempotency-Key`` of its own, which
+  its retries keep), 503s retried as above for ``seconds``. Per
   session: ``steps``, ``times``, ``cookie`` as above and the verify's ``reward``.
 - ``stale``: ``{"adopt_url", "stale_url", "cookies", "seconds"}``: per session, adds 1 at ``adopt_url``
   until it is served, then once at ``stale_url`` with the cookie it had before (stale), a 503 tried
@@ -56,6 +57,7 @@ import re
 import sys
 import time
 import urllib.request
+import uuid
 from http.cookies import SimpleCookie
 from typing import Any
 
@@ -89,12 +91,12 @@ def episodes(client: str, url: str, episodes: int) -> list[dict[str, Any]]:
 
 
 def recorded(post, record: dict):
-    """``step(path, body)``: ``post`` it, the reply's ``[path, status, Retry-After, detail]``, its time and the Cookie
+    """``step(path, body, headers=None)``: ``post`` it, the reply's ``[path, status, Retry-After, detail]``, its time and the Cookie
     header sent kept in ``record`` (``steps``, ``times``, ``cookie``); the reply."""
 
-    async def step(path: str, body: dict):
+    async def step(path: str, body: dict, headers: dict[str, str] | None = None):
         began = time.monotonic()
-        reply = await post(path, body)
+        reply = await post(path, body, headers)
         record["took"].append(time.monotonic() - began)
         detail = reply.body.get("detail") if isinstance(reply.body, dict) else reply.body
         record["steps"].append([path, reply.status, reply.retry_after, detail])
@@ -148,10 +150,10 @@ async def mcp_token(url: str, fresh: bool):
         async def per_episode():
             headers: dict[str, str] = {}
 
-            async def post(path: str, body: dict) -> Reply:
+            async def post(path: str, body: dict, extra: dict[str, str] | None = None) -> Reply:
                 if path != "/seed_session":
-                    return await tool_call(url, headers, path.lstrip("/"), body)
-                async with http.post(url + path, json=body) as reply:
+                    return await tool_call(url, {**headers, **(extra or {})}, path.lstrip("/"), body)
+                async with http.post(url + path, json=body, headers=extra) as reply:
                     seeded = aiohttp_reply(reply, await reply.text())
                 if seeded.status == 200:
                     headers[TOKEN_HEADER] = seeded.body["mcp"]["headers"][TOKEN_HEADER]
@@ -244,7 +246,8 @@ async def sessions(
 async def swe_sessions(url: str, sessions: int, seconds: float, think: float, row: dict, path: str, content: str) -> list[dict[str, Any]]:
     """``sessions`` swe_rebench sessions of the task ``row``, all at once: each seeded and its fix (``content`` written
     to ``path``) applied; then ``ready`` and the JSON list of each session's Cookie header; on a line on stdin, each
-    verifies, a 503 waited out (its Retry-After, at most ``think``) and tried again until ``seconds`` have passed.
+    verifies under a key of its own, a 503 waited out (its Retry-After, at most ``think``) and tried again under the same
+    key until ``seconds`` have passed.
     Per session: as ``sessions`` (``steps``, ``times``, ``cookie``) and the verify's ``reward``."""
     async with CLIENTS["aiohttp_cookies"](url, True) as open_session:
         go = asyncio.Event()
@@ -258,8 +261,9 @@ async def swe_sessions(url: str, sessions: int, seconds: float, think: float, ro
                 ready.set()
                 await go.wait()
                 began = time.monotonic()
+                once = {ID_HEADER_NAME: uuid.uuid4().hex}  # each try the same request, as Gym's client sends it
                 while fixed and time.monotonic() - began < seconds:
-                    verified = await step("/verify", {**row, "response": new_response().model_dump(mode="json")})
+                    verified = await step("/verify", {**row, "response": new_response().model_dump(mode="json")}, once)
                     if verified.status == 200:
                         record["reward"] = verified.body["reward"]
                     if verified.status != 503:

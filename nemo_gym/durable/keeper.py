@@ -202,7 +202,7 @@ class DurableSessions:
             self.written.pop(session_id, None)
             self.written_at.pop(session_id, None)
         elif committed:
-            del self.ending[session_id]
+            self.ending.pop(session_id, None)
             self.applied.pop(session_id, None)
         else:
             self.ending[session_id] = tombstone(detail)  # its row remembers the requests it did, and the one that ended it

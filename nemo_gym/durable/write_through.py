@@ -148,7 +148,8 @@ class WriteThrough:
                     self.sessions.drop(touched_id)
                 await (await self.moved(session, session_id))(scope, receive, send)
                 return False
-            await self.lifecycle.settle(touched)  # an end this request made finishes before its reply starts
+            if self.lifecycle.ending_with_request:
+                await self.lifecycle.settle(touched)  # an end this request made finishes before its reply starts
             return True
 
         async def send_after_writing(message: Message) -> None:

@@ -88,8 +88,9 @@ class Lifecycle:
             await self.app(scope, receive, send_after_ending)
         finally:
             self.registry.leave(session_id)
-            # An end the write-through neither finished nor took back (its commit's outcome unknown, the request cancelled).
-            await self.lifecycle.settle([session_id])
+            if self.lifecycle.ending_with_request:
+                # An end the write-through neither finished nor took back (its commit's outcome unknown, the request cancelled).
+                await self.lifecycle.settle([session_id])
 
     def takes(self, method: str, root_path: str, path: str) -> bool:
         """Whether a route of the app takes a request for ``path`` with ``method``, as the app's router matches it."""

@@ -8,6 +8,7 @@ replaces its cookies with each reply's, even a reply that sets none (what upstre
 do). ``fresh`` opens a new connection for every request, so consecutive requests of a session reach
 whichever worker accepts; otherwise connections are kept alive. Each reply says which Cookie header
 the client sent and which Set-Cookie headers it got, as read on the client's own request and reply.
+A ``post`` takes extra request headers too (an ``Idempotency-Key``, say), sent as given.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import aiohttp
 import httpx
@@ -41,7 +42,10 @@ class Reply(NamedTuple):
     retry_after: str | None = None  # the reply's Retry-After header
 
 
-Post = Callable[[str, dict], Awaitable[Reply]]
+class Post(Protocol):
+    def __call__(self, path: str, body: dict, headers: dict[str, str] | None = None) -> Awaitable[Reply]: ...
+
+
 # A client: given the server's URL and whether to use fresh connections, opens what the whole run
 # shares and yields a factory of per-episode ``post`` functions (each an async context manager).
 Client = Callable[[str, bool], contextlib.AbstractAsyncContextManager[Callable[[], contextlib.AbstractAsyncContextManager[Post]]]]
@@ -117,8 +121,8 @@ async def aiohttp_jar(url: str, fresh: bool) -> AsyncIterator:
     async def per_episode() -> AsyncIterator[Post]:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=fresh)) as http:
 
-            async def post(path: str, body: dict) -> Reply:
-                async with http.post(localhost(url) + path, json=body) as reply:
+            async def post(path: str, body: dict, headers: dict[str, str] | None = None) -> Reply:
+                async with http.post(localhost(url) + path, json=body, headers=headers) as reply:
                     return aiohttp_reply(reply, await reply.text())
 
             yield post
@@ -138,9 +142,9 @@ def shared_aiohttp(replace: bool) -> Client:
             async def per_episode() -> AsyncIterator[Post]:
                 cookies: dict[str, str] = {}
 
-                async def post(path: str, body: dict) -> Reply:
+                async def post(path: str, body: dict, headers: dict[str, str] | None = None) -> Reply:
                     nonlocal cookies
-                    async with http.post(url + path, json=body, cookies=cookies) as reply:
+                    async with http.post(url + path, json=body, cookies=cookies, headers=headers) as reply:
                         given = {name: morsel.value for name, morsel in reply.cookies.items()}
                         cookies = given if replace else {**cookies, **given}
                         return aiohttp_reply(reply, await reply.text())
@@ -160,8 +164,8 @@ async def httpx_jar(url: str, fresh: bool) -> AsyncIterator:
     async def per_episode() -> AsyncIterator[Post]:
         async with httpx.AsyncClient(limits=limits, timeout=60, verify=shared_tls()) as http:
 
-            async def post(path: str, body: dict) -> Reply:
-                return httpx_reply(await http.post(url + path, json=body))
+            async def post(path: str, body: dict, headers: dict[str, str] | None = None) -> Reply:
+                return httpx_reply(await http.post(url + path, json=body, headers=headers))
 
             yield post
 
@@ -178,9 +182,9 @@ async def openai_sdk(url: str, fresh: bool) -> AsyncIterator:
         async with httpx.AsyncClient(limits=limits, timeout=60, verify=shared_tls()) as http:
             client = openai.AsyncOpenAI(base_url=url, api_key="unused", http_client=http, max_retries=0)
 
-            async def post(path: str, body: dict) -> Reply:
+            async def post(path: str, body: dict, headers: dict[str, str] | None = None) -> Reply:
                 try:
-                    return httpx_reply(await client.post(path, body=body, cast_to=httpx.Response))
+                    return httpx_reply(await client.post(path, body=body, cast_to=httpx.Response, options={"headers": headers or {}}))
                 except openai.APIStatusError as error:
                     return httpx_reply(error.response)
 
@@ -189,7 +193,7 @@ async def openai_sdk(url: str, fresh: bool) -> AsyncIterator:
     yield per_episode
 
 
-def threaded(open_episode: Callable[[str, bool], Callable[[str, dict], Reply]]) -> Client:
+def threaded(open_episode: Callable[[str, bool], Callable[[str, dict, dict[str, str] | None], Reply]]) -> Client:
     """A blocking client, one episode per thread at a time; ``open_episode`` makes an episode's ``post``."""
 
     @contextlib.asynccontextmanager
@@ -201,8 +205,8 @@ def threaded(open_episode: Callable[[str, bool], Callable[[str, dict], Reply]]) 
             async def per_episode() -> AsyncIterator[Post]:
                 blocking_post = open_episode(url, fresh)
 
-                async def post(path: str, body: dict) -> Reply:
-                    return await loop.run_in_executor(threads, blocking_post, path, body)
+                async def post(path: str, body: dict, headers: dict[str, str] | None = None) -> Reply:
+                    return await loop.run_in_executor(threads, blocking_post, path, body, headers)
 
                 yield post
 
@@ -211,25 +215,25 @@ def threaded(open_episode: Callable[[str, bool], Callable[[str, dict], Reply]]) 
     return client
 
 
-def requests_session(url: str, fresh: bool) -> Callable[[str, dict], Reply]:
+def requests_session(url: str, fresh: bool) -> Callable[[str, dict, dict[str, str] | None], Reply]:
     http = requests.Session()
     if fresh:
         http.headers["Connection"] = "close"
 
-    def post(path: str, body: dict) -> Reply:
-        reply = http.post(url + path, json=body, timeout=60)
+    def post(path: str, body: dict, headers: dict[str, str] | None = None) -> Reply:
+        reply = http.post(url + path, json=body, headers=headers, timeout=60)
         cookie = reply.request.headers.get("Cookie")
         return Reply(reply.status_code, decoded(reply.text), cookie, reply.raw.headers.getlist("Set-Cookie"), reply.headers.get("Retry-After"))
 
     return post
 
 
-def urllib_cookiejar(url: str, fresh: bool) -> Callable[[str, dict], Reply]:
+def urllib_cookiejar(url: str, fresh: bool) -> Callable[[str, dict, dict[str, str] | None], Reply]:
     """urllib opens a new connection for every request, fresh or not."""
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
 
-    def post(path: str, body: dict) -> Reply:
-        request = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    def post(path: str, body: dict, headers: dict[str, str] | None = None) -> Reply:
+        request = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **(headers or {})})
         try:
             with opener.open(request, timeout=60) as reply:
                 status, text, headers = reply.status, reply.read().decode(), reply.headers

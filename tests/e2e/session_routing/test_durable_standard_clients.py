@@ -21,6 +21,7 @@ from nemo_gym import SESSION_ID_KEY
 from nemo_gym.openai_utils import new_response
 from nemo_gym.process.launcher import Launcher
 from nemo_gym.routing.owner import OwnerReader
+from nemo_gym.routing.request_id import ID_HEADER_NAME
 from nemo_gym.sessions.worker import OWNER_KEY
 from nemo_gym.sessions.token import token_serializer
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, THINK_SECONDS, Post, Reply
@@ -122,6 +123,26 @@ def test_error_replies_set_the_session_cookie_and_the_session_goes_on(counter, c
     assert [set_session(reply)[SESSION_ID_KEY] for reply in replies[1:3]] == [session_id] * 2
     assert (unseeded.status, "seed_session" in unseeded.body["detail"]) == (404, True)
     assert set_session(unseeded)[SESSION_ID_KEY] != session_id
+
+
+@pytest.mark.parametrize("client", sorted(CLIENTS))
+def test_an_increment_each_client_sends_twice_under_one_idempotency_key_is_applied_once(counter, client):
+    """The key a client's ``post`` is given reaches the server as it was sent: the second increment under it is
+    answered with the first's reply, and the count read back has one increment in it."""
+
+    async def scenario() -> list[Reply]:
+        async with CLIENTS[client](counter.instances[COUNTER].url, False) as episode_post, episode_post() as post:
+            once = {ID_HEADER_NAME: f"add-one-{client}"}
+            return [
+                await post("/seed_session", {"initial_count": 7}),
+                await post("/increment_counter", {"count": 1}, once),
+                await post("/increment_counter", {"count": 1}, once),
+                await post("/get_counter_value", {}),
+            ]
+
+    replies = asyncio.run(scenario())
+    assert [reply.status for reply in replies] == [200] * 4, [reply.body for reply in replies]
+    assert replies[2].body == replies[1].body and replies[3].body == {"count": 8}
 
 
 @pytest.mark.parametrize("client", sorted(CLIENTS))
