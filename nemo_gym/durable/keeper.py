@@ -194,14 +194,13 @@ class DurableSessions:
 
     def end(self, session_id: str, detail: str | None = None) -> None:
         """The session is over: its state goes from memory, and from the store with the next ``save`` of it, which
-        leaves a tombstone with ``detail`` in its row (None: only this worker's copy goes; the row is left)."""
+        leaves a tombstone with ``detail`` in its row (None: only this worker's copy goes, ``drop``; the row is left)."""
         committed = self.ending_with_request.pop(session_id, False)
-        self.states.end(session_id)
         if detail is None:
-            self.applied.pop(session_id, None)
-            self.written.pop(session_id, None)
-            self.written_at.pop(session_id, None)
-        elif committed:
+            self.drop(session_id)
+            return
+        self.states.end(session_id)
+        if committed:
             self.ending.pop(session_id, None)
             self.applied.pop(session_id, None)
         else:
@@ -221,8 +220,9 @@ class DurableSessions:
         self.hold(session_id, self.written.get(session_id))
 
     def drop(self, session_id: str) -> None:
-        """Another worker owns the session in the store now: this worker's copy of it goes from memory."""
-        self.states.end(session_id)
+        """Another worker owns the session in the store now (or may: a lapse that could not ask): this worker's copy
+        of it goes from memory, and what it stands for outside memory (a sandbox) is left to that worker."""
+        self.states.forget(session_id)
         self.applied.pop(session_id, None)
         self.written.pop(session_id, None)
         self.written_at.pop(session_id, None)

@@ -1,7 +1,7 @@
 """How a server declares the per-session state it keeps durable.
 
 A server returns it from ``session_states()``: either a ``SessionStates`` (a dict of session id to a
-value of one pydantic-validated type, a model or plain data), or any object with the three methods of
+value of one pydantic-validated type, a model or plain data), or any object with the four methods of
 ``DurableState``, for state that is not plain data (a sandbox's path and its task, say).
 """
 
@@ -22,7 +22,12 @@ class DurableState(Protocol):
         """Hold the session again, from what ``export`` gave (on another worker, or after a restart)."""
 
     def end(self, session_id: str) -> None:
-        """Drop the session's state: the session is over."""
+        """Drop the session's state: the session is over (what the state stands for outside memory goes too)."""
+
+    def forget(self, session_id: str) -> None:
+        """Drop the session from this worker's memory only: another worker holds it now, or this worker reads
+        it from the store again when it is next asked for. What the state stands for outside memory (a
+        sandbox on disk) stays, for whichever worker holds the session."""
 
 
 class SessionStates(dict[str, T], Generic[T]):
@@ -45,4 +50,7 @@ class SessionStates(dict[str, T], Generic[T]):
         self[session_id] = self.adapter.validate_json(data)
 
     def end(self, session_id: str) -> None:
+        self.pop(session_id, None)
+
+    def forget(self, session_id: str) -> None:
         self.pop(session_id, None)

@@ -142,10 +142,10 @@ class WriteThrough:
                 if self.sessions.lease is None:
                     raise
                 refused = True
-                for revived in self.lifecycle.revive(touched):
-                    self.lifecycle.taken(revived)  # ends here as a conflict: its copy and its sandbox are the new owner's
                 for touched_id in touched:
                     self.sessions.drop(touched_id)
+                for revived in self.lifecycle.revive(touched):
+                    self.lifecycle.taken(revived)  # ends here as a conflict: the session is the new owner's
                 await (await self.moved(session, session_id))(scope, receive, send)
                 return False
             if self.lifecycle.ending_with_request:

@@ -64,6 +64,11 @@ class Sandboxes(dict[str, Sandbox]):
         if sandbox is not None:
             sandbox.remove()
 
+    def forget(self, session_id: str) -> None:
+        """The sandbox stays where it is: the worker holding the session now re-attaches it (on this host)."""
+        self.lost.pop(session_id, None)
+        self.pop(session_id, None)
+
 
 def sandbox_names(states: Iterable[str]) -> set[str]:
     """The sandboxes that stored states name: what sweeps spare. A malformed state names none."""

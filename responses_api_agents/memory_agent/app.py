@@ -48,6 +48,9 @@ class Conversations(OrderedDict[str, list[Any]]):
     def end(self, session_id: str) -> None:
         self.pop(session_id, None)
 
+    def forget(self, session_id: str) -> None:
+        self.pop(session_id, None)
+
 
 class MemoryAgent(SimpleResponsesAPIAgent):
     config: MemoryAgentConfig

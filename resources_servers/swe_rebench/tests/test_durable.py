@@ -231,6 +231,14 @@ def test_ending_a_restored_session_removes_its_sandbox(sandbox_dir, exported, ad
     assert mounts_under(sandbox_dir) == []
 
 
+def test_a_session_forgotten_here_keeps_its_sandbox_for_the_worker_that_holds_it_now(sandbox_dir, exported, adopter):
+    session_id, state, _, _ = exported
+    server, _ = adopter
+    server.sandboxes.restore(session_id, state)
+    server.sandboxes.forget(session_id)
+    assert session_id not in server.sandboxes and sandboxes_left(sandbox_dir) == [json.loads(state)["sandbox"].split("/")[1]]
+
+
 def test_a_sweep_spares_a_gone_workers_durable_sandboxes_and_removes_the_rest(sandbox_dir):
     path = sandbox_dir
     task = load_tasks(DEFAULT_TASKS_DIR)["clamp_upper"]

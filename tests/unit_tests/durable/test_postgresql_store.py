@@ -23,6 +23,7 @@ from nemo_gym.lifecycle.registry import EndReason
 from tests.postgres import Postgres, postgres_or_skip
 from tests.hostile_passwords import PASSWORDS, leaked, written_forms
 from tests.unit_tests.durable.test_write_through import verifying
+from tests.unit_tests.lifecycle.test_ending import Resources
 
 PASSWORD = "unit-test:pass@word"
 INSTANCE = "counter"
@@ -120,6 +121,20 @@ async def test_a_worker_whose_lease_lapsed_keeps_the_sessions_still_its_own_and_
     await sessions.ensure_lease()
     assert sessions.lease.valid() and sessions.epoch == epoch + 1
     assert dict(counters) == {"kept": 1} and sessions.holds("kept") and not sessions.holds("adopted")
+
+
+@pytest.mark.anyio
+async def test_a_worker_whose_lease_lapsed_forgets_the_sessions_adopted_meanwhile_and_leaves_what_they_stand_for_to_the_adopter(stores):
+    mine, theirs = stores
+    resources = Resources()
+    sessions = DurableSessions(mine, resources, ME, lease=LeaseTerms(DOMAIN, {}, SHORT))
+    await sessions.lease.ensure()
+    resources.update(kept=1, adopted=2)
+    await sessions.save(["kept", "adopted"])
+    await asyncio.sleep(PAST)
+    assert await theirs.claim(await theirs.read("adopted"), OTHER)
+    await sessions.ensure_lease()
+    assert dict(resources) == {"kept": 1} and resources.released == []
 
 
 def test_the_location_shows_no_password_and_a_wrong_one_is_refused_without_showing_it(server: Postgres, database: str):

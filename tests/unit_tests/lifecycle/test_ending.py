@@ -42,6 +42,20 @@ def recorded() -> tuple[list[tuple[str, EndReason]], Callable[[str, EndReason], 
     return ends, hook
 
 
+class Resources(SessionStates):
+    """Counts whose sessions each stand for something outside memory (as a sandbox does): ``released`` lists the
+    sessions whose state was ended, which releases that."""
+
+    def __init__(self) -> None:
+        super().__init__(int)
+        self.released: list[str] = []
+
+    def end(self, session_id: str) -> None:
+        if session_id in self:
+            self.released.append(session_id)
+        super().end(session_id)
+
+
 async def one_saved_session(store, hook, count: int) -> tuple[SessionStates, DurableSessions, SessionLifecycle]:
     """This worker's lifecycle, holding session "s" with ``count`` saved to the store."""
     counters = SessionStates(int)
@@ -112,3 +126,20 @@ async def test_a_tombstone_the_full_disk_refused_is_written_by_the_next_sweep_on
     await lifecycle.sweep()
     assert ends == [("s", EndReason.CLOSE)]
     assert "ended by /close_session" in ended_detail((await tmpfs_store.read("s")).state)
+
+
+async def test_a_session_another_worker_took_is_forgotten_here_and_what_it_stands_for_is_left_to_that_worker(store):
+    ends, hook = recorded()
+    resources = Resources()
+    durable = DurableSessions(store, resources, ME)
+    lifecycle = SessionLifecycle(hook, TIMEOUT, LiveCount(None, None), [], durable, ME)
+    assert lifecycle.admit("s") is None
+    resources["s"] = 1
+    await durable.save(["s"])
+    assert await store.claim(await store.read("s"), LIVE)  # another worker took it over: the sandbox is its own now
+    resources["s"] = 2
+    with pytest.raises(Exception, match="belongs to another worker"):
+        await durable.save(["s"])
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert ends == [("s", EndReason.CONFLICT)] and "s" not in resources and resources.released == []
