@@ -120,10 +120,11 @@ class SessionLifecycle:
             self.durable.end_with_request(session_id, detail)
             self.ending_with_request[session_id] = (reason, detail)
             return True
-        await self.ended(session_id, reason, detail)
+        await self.conclude(session_id, reason, detail)
         return True
 
-    async def ended(self, session_id: str, reason: EndReason, detail: str) -> None:
+    async def conclude(self, session_id: str, reason: EndReason, detail: str) -> None:
+        """The end counted (caps, metrics), then its hook and its durable part (``finish``)."""
         self.count.add(-1)
         METERS.session_ended(reason)
         await asyncio.shield(asyncio.ensure_future(self.finish(session_id, reason, detail)))
@@ -132,7 +133,7 @@ class SessionLifecycle:
         """The commit of the request ending these sessions is done, or may be: their ends finish (hook, state dropped)."""
         for session_id in session_ids:
             if (pending := self.ending_with_request.pop(session_id, None)) is not None:
-                await self.ended(session_id, *pending)
+                await self.conclude(session_id, *pending)
 
     def revive(self, session_ids: list[str]) -> list[str]:
         """The request ending these sessions was refused unwritten: each goes on, live, as the store holds it.
