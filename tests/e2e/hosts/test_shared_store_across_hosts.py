@@ -4,8 +4,8 @@ The durable counter at 2 workers on each of h1, h2, h3 (network-namespace hosts,
 worker's store the one PostgreSQL on the host ``db`` (tests/postgres.py), behind HAProxy round robin, a
 new connection per request; started once for the module. Owner leases of ``LEASE_SECONDS``; a host
 silent for ``PEER_DEAD_AFTER_SECONDS`` counts as dead to the others (then its sessions' owners are judged
-by their leases). swe_rebench runs beside it on each host (2 workers, the same store, its sandboxes in the
-host's own /tmp, behind HAProxy round robin on ``SWE_PORT``). The counter's sessions run with every standard
+by their leases). swe_rebench runs beside it on each host (2 workers, the same store, the default owner
+lease, its sandboxes in the host's own /tmp, behind HAProxy round robin on ``SWE_PORT``). The counter's sessions run with every standard
 client (cookies kept each its own way) and, where a test says so, over MCP with the token alone.
 
 What each test leaves behind, in order: the checkpoint, every host up; the freeze of h2 past its lease, h2
@@ -36,6 +36,7 @@ from nemo_gym.client.reading import cookie_header
 from nemo_gym.client.rollouts import read_rows
 from nemo_gym.durable.applied import unwrap
 from nemo_gym.durable.postgresql_store import SESSIONS_TABLE
+from nemo_gym.durable.lease import OWNER_LEASE_SECONDS
 from nemo_gym.durable.store import STORE_TIMEOUT_SECONDS
 from nemo_gym.sessions.cookie import session_cookie_name
 from nemo_gym.sessions.secret import instance_key
@@ -82,8 +83,12 @@ SWE_SESSIONS = 30
 SERVERS_SAW = r"lease|session store|adopt|Traceback|Error"
 SWE_TASK = read_rows(SWE_DATA)[0]  # clamp_upper: its fix is bounds.py as the scripted policy writes it
 SWE_FIX_PATH = "bounds.py"
+# swe_rebench keeps the default owner lease, as its users would: its verifies (30 jailed test runs at once) load the
+# two shared cores, under which CI saw PostgreSQL not answer a survivor's renewal within the store's deadline; a
+# lease that lapses then lets another host take the survivor's sessions, whose sandboxes stay on the survivor's disk.
+SWE_LEASE_SECONDS = OWNER_LEASE_SECONDS
 # How long a session's verify is tried again while answered 503 (a bound; each must end on 200 or 410 within it).
-SWE_VERIFY_SECONDS = 2 * RUN_AFTER_KILL_SECONDS
+SWE_VERIFY_SECONDS = 2 * (SWE_LEASE_SECONDS + ADOPTION_BOUND_SECONDS)
 # What a session whose sandbox is on the dead host's disk is told (resources_servers/swe_rebench/sandbox_root.py).
 SANDBOX_ON_ANOTHER_HOST = re.compile(
     r"sandbox cannot be taken over: sandbox worker-\w+/sandbox-\w+ is gone from /tmp/swe-sandboxes-h\d on this host: .*on the disk of another host"
@@ -117,7 +122,8 @@ def shared_config(host: Host, store: str) -> dict:
     config = counter_config(host)
     config[COUNTER]["resources_servers"]["example_session_state_mgmt"].update(durable)
     config[COUNTER]["resources_servers"]["example_session_state_mgmt"]["expose_tools_over_mcp"] = True
-    swe = {"host": host.address, "port": SWE_PORT, "num_workers": WORKERS, "session_secret": SESSION_SECRET, "sandbox_dir": sandbox_dir(host), **durable}
+    swe = {"host": host.address, "port": SWE_PORT, "num_workers": WORKERS, "session_secret": SESSION_SECRET, "sandbox_dir": sandbox_dir(host)}
+    swe.update(durable, owner_lease_seconds=SWE_LEASE_SECONDS)
     config[SWE] = {"resources_servers": {"swe_rebench": swe}}
     return config
 
