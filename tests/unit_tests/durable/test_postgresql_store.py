@@ -124,6 +124,41 @@ async def test_a_worker_whose_lease_lapsed_keeps_the_sessions_still_its_own_and_
 
 
 @pytest.mark.anyio
+async def test_a_verify_whose_commit_the_hung_store_left_unknown_ends_its_session_and_its_retry_under_its_id_gets_the_reward(server, database):
+    """PostgreSQL frozen (SIGSTOP) while a verify commits, past the store's deadline: 503 saying whether it took
+    effect is unknown, and the end stands (its hook ran once: it may be in the store); thawed, the verify sent
+    again under its Idempotency-Key gets the first one's reward, the app not run again."""
+    store = open_store(server.dsn(database=database), INSTANCE, timeout_seconds=1)
+    counters = SessionStates(int)
+    sessions = DurableSessions(store, counters, ME)
+    hooked, served = [], []
+
+    async def hook(session_id, reason):
+        hooked.append((session_id, reason))
+
+    async def hang_the_store():
+        served.append(True)
+        server.freeze()
+
+    lifecycle = SessionLifecycle(hook, None, LiveCount(None, None), [], sessions, ME)
+    assert lifecycle.admit("s") is None
+    counters["s"] = 5
+    await sessions.save(["s"])
+    post_verify = verifying(sessions, lifecycle, during=hang_the_store)
+    try:
+        status, body = await post_verify("verify-once")
+    finally:
+        server.thaw()
+    try:
+        assert status == 503 and "unknown" in body["detail"], body
+        assert hooked == [("s", EndReason.VERIFY)] and not lifecycle.registry.is_live("s")
+        assert await post_verify("verify-once") == (200, {"reward": 5}) and served == [True] and len(hooked) == 1
+    finally:
+        await lifecycle.close()
+        store.close()
+
+
+@pytest.mark.anyio
 async def test_a_worker_whose_lease_lapsed_forgets_the_sessions_adopted_meanwhile_and_leaves_what_they_stand_for_to_the_adopter(stores):
     mine, theirs = stores
     resources = Resources()

@@ -20,6 +20,7 @@ from nemo_gym.lifecycle.cap import LiveCount
 from nemo_gym.lifecycle.ending import SessionLifecycle
 from nemo_gym.lifecycle.middleware import Lifecycle
 from nemo_gym.lifecycle.registry import EndReason
+from nemo_gym.routing.request_id import ID_HEADER_NAME
 from nemo_gym.sessions.cookie import NEW_SESSION_SCOPE_KEY
 from nemo_gym.sessions.token import TOKEN_HEADER_KEY, mint_token, token_serializer
 from tests.full_filesystem import full, needs_mount
@@ -68,7 +69,7 @@ async def test_a_tool_call_whose_token_names_a_session_the_store_holds_for_no_li
 def verifying(sessions: DurableSessions, lifecycle: SessionLifecycle, during=None):
     """The write-through and the lifecycle around an app whose ``/verify`` answers the session's count as its
     reward (after awaiting ``during()``, if given): as a durable server stacks them. Returns a call that
-    posts ``/verify`` for session "s" and returns (status, JSON body)."""
+    posts ``/verify`` for session "s" (under the Idempotency-Key ``key``, if given) and returns (status, JSON body)."""
     tokens = token_serializer("secret")
 
     async def verify(request):
@@ -80,7 +81,7 @@ def verifying(sessions: DurableSessions, lifecycle: SessionLifecycle, during=Non
     app = Lifecycle(Router(routes), lifecycle, frozenset(), frozenset({"/verify"}), tokens, routes)
     stack = WriteThrough(app, Adopter(sessions, lifecycle, lambda worker: False), tokens)
 
-    async def post_verify() -> tuple[int, dict]:
+    async def post_verify(key: str | None = None) -> tuple[int, dict]:
         sent = []
 
         async def receive():
@@ -89,7 +90,8 @@ def verifying(sessions: DurableSessions, lifecycle: SessionLifecycle, during=Non
         async def send(message):
             sent.append(message)
 
-        scope = {"type": "http", "method": "POST", "path": "/verify", "root_path": "", "query_string": b"", "headers": [], "session": {SESSION_ID_KEY: "s"}}
+        headers = [] if key is None else [(ID_HEADER_NAME.lower().encode(), key.encode())]
+        scope = {"type": "http", "method": "POST", "path": "/verify", "root_path": "", "query_string": b"", "headers": headers, "session": {SESSION_ID_KEY: "s"}}
         await stack(scope, receive, send)
         return sent[0]["status"], json.loads(b"".join(message.get("body", b"") for message in sent[1:]))
 
