@@ -56,8 +56,8 @@ logger = logging.getLogger(__name__)
 
 # The default of the ``owner_lease_seconds`` setting.
 OWNER_LEASE_SECONDS = 10.0
-# Renewed every lease / RENEWALS_PER_LEASE: a renewal may fail (the store slow, or down for a moment)
-# twice before the lease runs out.
+# Renewed every lease / RENEWALS_PER_LEASE, counted from each renewal's start: a renewal may fail (the store
+# slow, or down for a moment) twice before the lease runs out.
 RENEWALS_PER_LEASE = 3
 # The share of the lease a worker counts as valid after sending a renewal (rule 1): below 1 for drift.
 VALID_SHARE = 0.9
@@ -156,10 +156,15 @@ class OwnerLease:
         self.valid_until = sent + VALID_SHARE * self.seconds
 
     async def keep(self) -> None:
+        """Renew every third of the lease, counted from when the last renewal began: one the store did not answer
+        in time (up to ``store_timeout_seconds``, most of a short lease) is followed by the next at once, while
+        the lease may still run, not a third of a lease later."""
+        loop = asyncio.get_running_loop()
         while True:
+            began = loop.time()
             with contextlib.suppress(StoreUnavailable):  # the store reports it; the lease may still run
                 await self.renew()
-            await asyncio.sleep(self.seconds / RENEWALS_PER_LEASE)
+            await asyncio.sleep(max(0.0, began + self.seconds / RENEWALS_PER_LEASE - loop.time()))
 
     async def start(self) -> None:
         """Take the lease (a store down now is tried again by ``keep``), and keep renewing it."""

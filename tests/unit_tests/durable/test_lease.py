@@ -13,7 +13,7 @@ import os
 import pytest
 
 from nemo_gym.durable.lease import VALID_SHARE, LeaseHolder, LeaseStore, OwnerLease, liveness_domain
-from nemo_gym.durable.store import StoreUnavailable
+from nemo_gym.durable.store import StoreTimedOut, StoreUnavailable
 from tests.unit_tests.conformance import assert_implements
 
 pytestmark = pytest.mark.anyio
@@ -125,6 +125,44 @@ async def test_start_survives_a_store_down_and_keeps_renewing_until_stop_lets_th
     assert store.renewals >= 2 and owner.incarnation == 1
     await owner.stop()
     assert store.released == [(WORKER, 1)] and owner.keeper.cancelled()
+
+
+class SlowLeases(MemoryLeases):
+    """Leases that expire by this store's clock ``seconds`` after their renewal (a renewal past that is a new
+    incarnation); renewal number ``slow`` takes ``stall`` seconds and then times out."""
+
+    def __init__(self, slow: int, stall: float) -> None:
+        super().__init__()
+        self.slow, self.stall = slow, stall
+        self.expires: dict[str, float] = {}
+
+    async def renew_lease(self, worker: str, incarnation: int | None, domain: str, keys: dict, seconds: float) -> int:
+        self.renewals += 1
+        if self.renewals == self.slow:
+            await asyncio.sleep(self.stall)
+            raise StoreTimedOut("the store did not answer in time", sent=True)
+        now = asyncio.get_running_loop().time()
+        if incarnation is None or self.held.get(worker) != incarnation or now > self.expires[worker]:
+            self.held[worker] = self.held.get(worker, 0) + 1
+        self.expires[worker] = now + seconds
+        return self.held[worker]
+
+
+async def test_a_renewal_the_store_timed_out_is_followed_by_the_next_at_once_so_one_slow_answer_lapses_nothing():
+    """Renewals every third of a 3 s lease (the start's, then the keeper's at once and every second); the one sent at
+    1 s takes 1.5 s and times out: the next is sent then (2.5 s), inside the lease, not a third of a lease later
+    (3.5 s, past it: a lapse)."""
+    store, lapses = SlowLeases(slow=3, stall=1.5), []
+    owner = lease(store, lapses, seconds=3.0)
+    await owner.start()
+    try:
+        for _ in range(200):
+            if store.renewals >= 4:
+                break
+            await asyncio.sleep(0.05)
+        assert store.renewals >= 4 and (owner.incarnation, lapses) == (1, [])
+    finally:
+        await owner.stop()
 
 
 async def test_stopping_a_lease_never_taken_releases_nothing():
