@@ -14,13 +14,12 @@ kept) is left to the router alike.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 from nemo_gym.protocols.handing_off import HandingOffProtocol
 from nemo_gym.routing.router import SessionRouter
 from nemo_gym.routing.transport.hand_off import HandOffs
-from nemo_gym.sessions.cookie import SESSION_READ_SCOPE_KEY
+from nemo_gym.sessions.cookie import SESSION_READ_SCOPE_KEY, encoded_reading
 
 
 class EarlyHandOff:
@@ -40,7 +39,7 @@ class EarlyHandOff:
         offered = protocol.offer(scope)
         if isinstance(offered, str):
             return False
-        reading = json.dumps(scope[SESSION_READ_SCOPE_KEY]).encode() if SESSION_READ_SCOPE_KEY in scope else b""
+        reading = encoded_reading(scope[SESSION_READ_SCOPE_KEY]) if SESSION_READ_SCOPE_KEY in scope else b""
         taken = self.hand_offs.offer(owner, *offered, reading)
         if isinstance(taken, str):
             protocol.settle(scope, taken)

@@ -16,7 +16,6 @@ sent on to the owner worker of that host. A session of this replica's takes the 
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -35,7 +34,7 @@ from nemo_gym.routing.request_id import SAFE_METHODS, id_of, new_id_header, requ
 from nemo_gym.routing.transport.hand_off import HandOffs
 from nemo_gym.routing.transport.private_server import CLIENT_HEADER
 from nemo_gym.routing.transport.replica_port import REPLICA_WORKER_SCOPE_KEY
-from nemo_gym.sessions.cookie import SESSION_READ_HEADER, SESSION_READ_SCOPE_KEY
+from nemo_gym.sessions.cookie import SESSION_READ_HEADER, SESSION_READ_SCOPE_KEY, encoded_reading
 from nemo_gym.sessions.replies import retry_later
 from nemo_gym.sessions.worker import WORKER_HEADER, is_worker_id
 
@@ -252,7 +251,7 @@ def with_reading(scope: Scope) -> None:
     takes as read (``transport.private_server``; across hosts the replica credential binds it): the cookie's
     signature is verified once per request."""
     if SESSION_READ_SCOPE_KEY in scope and not any(name == SESSION_READ_HEADER for name, _ in scope["headers"]):
-        scope["headers"] = [*scope["headers"], (SESSION_READ_HEADER, json.dumps(scope[SESSION_READ_SCOPE_KEY]).encode())]
+        scope["headers"] = [*scope["headers"], (SESSION_READ_HEADER, encoded_reading(scope[SESSION_READ_SCOPE_KEY]))]
 
 
 def labelled(send: Send, worker_id: bytes) -> Send:

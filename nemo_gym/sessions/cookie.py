@@ -27,6 +27,22 @@ SESSION_READ_SCOPE_KEY = "nemo_gym.session_read"
 SESSION_READ_HEADER = b"x-nemo-gym-session-read"
 
 
+def encoded_reading(session: dict | None) -> bytes:
+    """A worker's reading of a request's session as it goes to a sibling: a forward's header, a hand-off's message."""
+    return json.dumps(session).encode()
+
+
+def decoded_reading(data: bytes) -> dict | None:
+    """What ``encoded_reading`` made; ValueError for anything else (not JSON, nested past the parser, not an object or null)."""
+    try:
+        session = json.loads(data)
+    except RecursionError as error:
+        raise ValueError("a reading nested deeper than the JSON parser goes") from error
+    if session is not None and not isinstance(session, dict):
+        raise ValueError(f"a reading is a JSON object or null, not {type(session).__name__}")
+    return session
+
+
 def session_cookie_name(instance_name: str) -> str:
     """Each server signs its own cookie, so an agent can carry the cookies of every server a session touches."""
     return f"{instance_name}_session"

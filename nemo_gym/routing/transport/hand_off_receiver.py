@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import json
 import logging
 import os
 import socket
@@ -21,7 +20,7 @@ from nemo_gym.metrics.meters import METERS
 from nemo_gym.process.public_server import TakesConnections
 from nemo_gym.routing.transport.hand_off import MAX_MESSAGE_BYTES, READING_LENGTH, RECEIVED, YOURS, hand_off_address
 from nemo_gym.routing.transport.unix import same_user
-from nemo_gym.sessions.cookie import SESSION_READ_SCOPE_KEY
+from nemo_gym.sessions.cookie import SESSION_READ_SCOPE_KEY, decoded_reading
 
 # The control message of one descriptor.
 ONE_FD_SPACE = socket.CMSG_SPACE(struct.calcsize("i"))
@@ -234,8 +233,8 @@ def split(buffer: bytearray, size: int) -> tuple[bytes, dict | None] | None:
     if not length:
         return bytes(buffer[start:size]), None
     try:
-        reading = json.loads(buffer[READING_LENGTH.size : start])
-    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+        reading = decoded_reading(bytes(buffer[READING_LENGTH.size : start]))
+    except ValueError:
         return None
     return bytes(buffer[start:size]), {SESSION_READ_SCOPE_KEY: reading}
 

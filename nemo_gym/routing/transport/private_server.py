@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import socket
 import ssl
 from collections.abc import Callable
@@ -24,7 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from nemo_gym.protocols.input_limits import InputLimits, LimitedHttpToolsProtocol
 from nemo_gym.middleware.cancel_on_disconnect import CancelOnDisconnect
 from nemo_gym.process.public_server import TakesConnections
-from nemo_gym.sessions.cookie import SESSION_READ_HEADER, SESSION_READ_SCOPE_KEY
+from nemo_gym.sessions.cookie import SESSION_READ_HEADER, SESSION_READ_SCOPE_KEY, decoded_reading
 
 # The forwarding worker's note of the caller's address; trusted only on arrival here.
 CLIENT_HEADER = b"x-nemo-gym-client"
@@ -64,8 +63,9 @@ def restore(scope: Scope, trusts_readings: bool) -> None:
             host, _, port = value.decode("latin-1").rpartition(":")
             scope["client"] = (host, int(port))
         elif name == SESSION_READ_HEADER:
-            if trusts_readings and isinstance(session := json.loads(value), (dict, type(None))):
-                scope[SESSION_READ_SCOPE_KEY] = session
+            if trusts_readings:
+                with contextlib.suppress(ValueError):  # not a reading: the session layer reads the cookie itself
+                    scope[SESSION_READ_SCOPE_KEY] = decoded_reading(value)
         else:
             headers.append((name, value))
     scope["headers"] = headers

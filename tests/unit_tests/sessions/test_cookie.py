@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.middleware.sessions import SessionMiddleware
 
-from nemo_gym.sessions.cookie import SESSION_READ_SCOPE_KEY, SessionCookie
+from nemo_gym.sessions.cookie import SESSION_READ_SCOPE_KEY, SessionCookie, decoded_reading, encoded_reading
 from tests.session_cookies import session_of, signed_session
 
 SECRET = "a session secret of at least thirty-two bytes"
@@ -97,3 +98,21 @@ def test_the_session_a_router_read_is_used_without_reading_the_cookie():
     assert seen == {"session_id": "read by the router"}
     seen, _ = serve(SessionCookie, lambda session: None, cookie)
     assert seen == {"session_id": "from the cookie"}
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.text(), lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=10)
+
+
+@given(st.none() | st.dictionaries(st.text(), JSON_VALUES, max_size=5))
+def test_a_reading_passed_to_a_sibling_is_read_back_as_it_was(session):
+    assert decoded_reading(encoded_reading(session)) == session
+
+
+@given(st.binary(max_size=64) | JSON_VALUES.map(lambda value: json.dumps(value).encode()) | st.integers(1, 3000).map(lambda depth: b"[" * depth))
+def test_anything_else_a_sibling_sends_as_a_reading_is_a_value_error_never_another_exception_or_a_non_object(data):
+    """The forward's header and the hand-off's message both read a reading so: whatever comes, an object, null, or ValueError."""
+    try:
+        session = decoded_reading(data)
+    except ValueError:
+        return
+    assert session is None or isinstance(session, dict)

@@ -46,10 +46,11 @@ async def test_a_handed_off_connection_is_served_by_the_receivers_public_server_
         hand_off.READING_LENGTH.pack(100) + b"{}",
         hand_off.READING_LENGTH.pack(3) + b"{{{GET / HTTP/1.1\r\n\r\n",
         hand_off.READING_LENGTH.pack(5_000) + b"[" * 5_000,
+        hand_off.READING_LENGTH.pack(6) + b"[1, 2]GET / HTTP/1.1\r\n\r\n",
     ],
-    ids=["shorter-than-its-length", "reading-past-its-end", "reading-not-json", "reading-nested-too-deep"],
+    ids=["shorter-than-its-length", "reading-past-its-end", "reading-not-json", "reading-nested-too-deep", "reading-not-an-object"],
 )
-async def test_a_message_whose_reading_of_the_session_is_not_whole_json_ends_its_senders_connection_unacknowledged(socket_dir, message):
+async def test_a_message_whose_reading_of_the_session_is_not_a_whole_json_object_ends_its_senders_connection_unacknowledged(socket_dir, message):
     async with receiving(socket_dir, "receiver"):
         raw = connected(hand_off_address(socket_dir, "receiver"))
         one, two = socket.socketpair()
