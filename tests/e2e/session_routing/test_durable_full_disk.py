@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from nemo_gym.openai_utils import new_response
 from nemo_gym.process.launcher import Launcher
 from resources_servers.example_session_state_mgmt.standard_clients import CLIENTS, Post, Reply
 from tests.e2e.session_routing.test_durable_sessions import COUNTER, counter_config, rows
@@ -42,6 +43,10 @@ def state_dir(tmp_path_factory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def counter(start_module_servers, state_dir: Path) -> Launcher:
     return start_module_servers(counter_config(4), {"NEMO_GYM_STATE_DIR": str(state_dir)}, timeout=120)
+
+
+def verify_body(count: int) -> dict:
+    return {"responses_create_params": {"input": "x"}, "response": new_response().model_dump(mode="json"), "expected_count": count}
 
 
 async def round_of(posts: list[Post], path: str, body: dict) -> list[Reply]:
@@ -89,3 +94,41 @@ def test_increments_the_full_store_cannot_keep_get_503_with_retry_after_and_the_
     assert [(reply.status, reply.body) for reply in final] == [(200, {"count": count}) for count in expected]
     stored = rows(state_dir)
     assert [int(stored[session["session_id"]][2]) for session in sessions] == expected
+
+
+@pytest.mark.parametrize("client", STANDARD)
+def test_a_verify_the_full_store_refused_ends_nothing_so_its_retry_scores_and_one_it_stored_ended_its_session(counter, state_dir, client):
+    """Sessions verify while the state file system is full (an increment refused first, so the store refuses writes
+    now), each client as its users send it, with no Idempotency-Key. A verify answered 503 "did not take effect"
+    ended nothing: sent again once there is room, it scores 1.0. One answered 200 ended its session: sent again,
+    410 saying so. Afterwards every session has ended once."""
+
+    async def scenario() -> tuple[int, list[Reply], list[Reply], list[Reply]]:
+        async with CLIENTS[client](counter.instances[COUNTER].url, False) as episode_post, contextlib.AsyncExitStack() as stack:
+            posts = [await stack.enter_async_context(episode_post()) for _ in range(SESSIONS)]
+            seeded = [await post("/seed_session", {"initial_count": number}) for number, post in enumerate(posts)]
+            assert [reply.status for reply in seeded] == [200] * SESSIONS, [reply.body for reply in seeded]
+            expected = list(range(SESSIONS))
+            increments_refused = 0
+            with full(state_dir):
+                for _ in range(MAX_FULL_ROUNDS):
+                    for number, reply in enumerate(await round_of(posts, "/increment_counter", {"count": 1})):
+                        expected[number] += reply.status == 200
+                        increments_refused += reply.status != 200
+                    if increments_refused:
+                        break
+                bodies = [verify_body(count) for count in expected]
+                first = await asyncio.gather(*(post("/verify", body) for post, body in zip(posts, bodies)))
+            again = await asyncio.gather(*(post("/verify", body) for post, body in zip(posts, bodies)))
+            after = await round_of(posts, "/get_counter_value", {})
+        return increments_refused, first, again, after
+
+    increments_refused, first, again, after = asyncio.run(scenario())
+    refused = [number for number, reply in enumerate(first) if reply.status != 200]
+    assert increments_refused and refused, "the full file system refused no verify: nothing shown"
+    assert all(first[number].status == 503 and "did not take effect" in first[number].body["detail"] for number in refused), [first[number].body for number in refused][:3]
+    assert [(again[number].status, again[number].body.get("reward")) for number in refused] == [(200, 1.0)] * len(refused), [again[number].body for number in refused][:3]
+    stored = [number for number in range(SESSIONS) if number not in refused]
+    assert all(first[number].body["reward"] == 1.0 for number in stored)
+    assert all(again[number].status == 410 and "ended with its /verify" in again[number].body["detail"] for number in stored)
+    assert [reply.status for reply in after] == [410] * SESSIONS
